@@ -1,0 +1,2 @@
+//! CLI entry points.
+pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }

@@ -1,0 +1,341 @@
+//! One typed column of a batch, with an optional null bitmap.
+
+use super::DataType;
+
+/// A borrowed value of any type, for the places that are not type-specialised
+/// (formatting, key encoding, tests).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ValueRef<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Values {
+    Bool(Vec<bool>),
+    Int(Vec<i64>),
+    Float(Vec<f64>),
+    /// Strings back to back; row `i` is `data[offsets[i]..offsets[i + 1]]`.
+    Str { offsets: Vec<u32>, data: String },
+}
+
+/// A column of one type. Nulls, when there are any, are marked in a bitmap
+/// and hold a placeholder value (0, 0.0, false or "") in `values`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Column {
+    values: Values,
+    /// Bit `i` set means row `i` is null. `None` while the column has no null.
+    nulls: Option<Vec<u64>>,
+    len: usize,
+}
+
+impl Column {
+    pub(crate) fn new(ty: DataType, capacity: usize) -> Column {
+        let values = match ty {
+            DataType::Bool => Values::Bool(Vec::with_capacity(capacity)),
+            DataType::Int => Values::Int(Vec::with_capacity(capacity)),
+            DataType::Float => Values::Float(Vec::with_capacity(capacity)),
+            DataType::Str => {
+                let mut offsets = Vec::with_capacity(capacity + 1);
+                offsets.push(0);
+                Values::Str { offsets, data: String::with_capacity(capacity * 8) }
+            }
+        };
+        Column { values, nulls: None, len: 0 }
+    }
+
+    pub(crate) fn from_ints(v: Vec<i64>) -> Column {
+        let len = v.len();
+        Column { values: Values::Int(v), nulls: None, len }
+    }
+
+    pub(crate) fn from_floats(v: Vec<f64>) -> Column {
+        let len = v.len();
+        Column { values: Values::Float(v), nulls: None, len }
+    }
+
+    pub(crate) fn data_type(&self) -> DataType {
+        match self.values {
+            Values::Bool(_) => DataType::Bool,
+            Values::Int(_) => DataType::Int,
+            Values::Float(_) => DataType::Float,
+            Values::Str { .. } => DataType::Str,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub(crate) fn is_null(&self, row: usize) -> bool {
+        match &self.nulls {
+            None => false,
+            Some(bits) => bits[row / 64] >> (row % 64) & 1 == 1,
+        }
+    }
+
+    pub(crate) fn has_nulls(&self) -> bool {
+        self.nulls.is_some()
+    }
+
+    /// The integer at `row`; `None` if null or if the column is not `int`.
+    #[inline]
+    pub(crate) fn int(&self, row: usize) -> Option<i64> {
+        match &self.values {
+            Values::Int(v) if !self.is_null(row) => Some(v[row]),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn float(&self, row: usize) -> Option<f64> {
+        match &self.values {
+            Values::Float(v) if !self.is_null(row) => Some(v[row]),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn bool(&self, row: usize) -> Option<bool> {
+        match &self.values {
+            Values::Bool(v) if !self.is_null(row) => Some(v[row]),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn str(&self, row: usize) -> Option<&str> {
+        match &self.values {
+            Values::Str { offsets, data } if !self.is_null(row) => {
+                Some(&data[offsets[row] as usize..offsets[row + 1] as usize])
+            }
+            _ => None,
+        }
+    }
+
+    /// All integer values (placeholders where null); empty for other types.
+    #[inline]
+    pub(crate) fn ints(&self) -> &[i64] {
+        match &self.values {
+            Values::Int(v) => v,
+            _ => &[],
+        }
+    }
+
+    #[inline]
+    pub(crate) fn floats(&self) -> &[f64] {
+        match &self.values {
+            Values::Float(v) => v,
+            _ => &[],
+        }
+    }
+
+    pub(crate) fn get(&self, row: usize) -> ValueRef<'_> {
+        if self.is_null(row) {
+            return ValueRef::Null;
+        }
+        match &self.values {
+            Values::Bool(v) => ValueRef::Bool(v[row]),
+            Values::Int(v) => ValueRef::Int(v[row]),
+            Values::Float(v) => ValueRef::Float(v[row]),
+            Values::Str { offsets, data } => {
+                ValueRef::Str(&data[offsets[row] as usize..offsets[row + 1] as usize])
+            }
+        }
+    }
+
+    pub(crate) fn push_null(&mut self) {
+        let row = self.len;
+        match &mut self.values {
+            Values::Bool(v) => v.push(false),
+            Values::Int(v) => v.push(0),
+            Values::Float(v) => v.push(0.0),
+            Values::Str { offsets, data } => offsets.push(data.len() as u32),
+        }
+        self.len += 1;
+        let bits = self.nulls.get_or_insert_with(Vec::new);
+        bits.resize(self.len.div_ceil(64), 0);
+        bits[row / 64] |= 1 << (row % 64);
+    }
+
+    #[inline]
+    fn pushed(&mut self) {
+        self.len += 1;
+        if let Some(bits) = &mut self.nulls {
+            bits.resize(self.len.div_ceil(64), 0);
+        }
+    }
+
+    /// Appends an integer. Panics if the column is not `int`: the plan
+    /// guarantees types, so a mismatch is a bug, not bad input.
+    #[inline]
+    pub(crate) fn push_int(&mut self, x: i64) {
+        match &mut self.values {
+            Values::Int(v) => v.push(x),
+            _ => type_mismatch(DataType::Int, self.data_type()),
+        }
+        self.pushed();
+    }
+
+    #[inline]
+    pub(crate) fn push_float(&mut self, x: f64) {
+        match &mut self.values {
+            Values::Float(v) => v.push(x),
+            _ => type_mismatch(DataType::Float, self.data_type()),
+        }
+        self.pushed();
+    }
+
+    #[inline]
+    pub(crate) fn push_bool(&mut self, x: bool) {
+        match &mut self.values {
+            Values::Bool(v) => v.push(x),
+            _ => type_mismatch(DataType::Bool, self.data_type()),
+        }
+        self.pushed();
+    }
+
+    #[inline]
+    pub(crate) fn push_str(&mut self, x: &str) {
+        match &mut self.values {
+            Values::Str { offsets, data } => {
+                data.push_str(x);
+                offsets.push(data.len() as u32);
+            }
+            _ => type_mismatch(DataType::Str, self.data_type()),
+        }
+        self.pushed();
+    }
+
+    /// Appends a value of the column's type, or null. Ints widen to floats.
+    pub(crate) fn push_value(&mut self, v: ValueRef<'_>) {
+        match (v, self.data_type()) {
+            (ValueRef::Null, _) => self.push_null(),
+            (ValueRef::Int(x), DataType::Float) => self.push_float(x as f64),
+            (ValueRef::Int(x), _) => self.push_int(x),
+            (ValueRef::Float(x), _) => self.push_float(x),
+            (ValueRef::Bool(x), _) => self.push_bool(x),
+            (ValueRef::Str(x), _) => self.push_str(x),
+        }
+    }
+
+    /// Appends row `row` of `other`, a column of the same type.
+    #[inline]
+    pub(crate) fn push_from(&mut self, other: &Column, row: usize) {
+        if other.is_null(row) {
+            self.push_null();
+            return;
+        }
+        match (&mut self.values, &other.values) {
+            (Values::Bool(a), Values::Bool(b)) => a.push(b[row]),
+            (Values::Int(a), Values::Int(b)) => a.push(b[row]),
+            (Values::Float(a), Values::Float(b)) => a.push(b[row]),
+            (Values::Str { offsets, data }, Values::Str { offsets: bo, data: bd }) => {
+                data.push_str(&bd[bo[row] as usize..bo[row + 1] as usize]);
+                offsets.push(data.len() as u32);
+            }
+            _ => type_mismatch(self.data_type(), other.data_type()),
+        }
+        self.pushed();
+    }
+
+    /// A new column holding the rows `rows` of `self`, in that order.
+    pub(crate) fn gather(&self, rows: &[u32]) -> Column {
+        let mut out = Column::new(self.data_type(), rows.len());
+        match (&mut out.values, &self.values) {
+            (Values::Int(a), Values::Int(b)) if self.nulls.is_none() => {
+                a.extend(rows.iter().map(|&r| b[r as usize]));
+                out.len = rows.len();
+            }
+            (Values::Float(a), Values::Float(b)) if self.nulls.is_none() => {
+                a.extend(rows.iter().map(|&r| b[r as usize]));
+                out.len = rows.len();
+            }
+            _ => rows.iter().for_each(|&r| out.push_from(self, r as usize)),
+        }
+        out
+    }
+
+    /// Drops rows from `len` on; used to undo a partly parsed record.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        match &mut self.values {
+            Values::Bool(v) => v.truncate(len),
+            Values::Int(v) => v.truncate(len),
+            Values::Float(v) => v.truncate(len),
+            Values::Str { offsets, data } => {
+                offsets.truncate(len + 1);
+                data.truncate(offsets[len] as usize);
+            }
+        }
+        self.len = len;
+        if let Some(bits) = &mut self.nulls {
+            bits.truncate(len.div_ceil(64));
+            if len % 64 != 0 {
+                let last = bits.len() - 1;
+                bits[last] &= (1u64 << (len % 64)) - 1;
+            }
+            if bits.iter().all(|&w| w == 0) {
+                self.nulls = None;
+            }
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn type_mismatch(expected: DataType, found: DataType) -> ! {
+    panic!("column type mismatch: pushing {expected} into a {found} column (plan bug)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nulls_survive_gather_and_truncate() {
+        let mut c = Column::new(DataType::Str, 4);
+        c.push_str("a");
+        c.push_null();
+        c.push_str("ccc");
+        assert_eq!(c.get(0), ValueRef::Str("a"));
+        assert_eq!(c.get(1), ValueRef::Null);
+        assert_eq!(c.str(2), Some("ccc"));
+        let g = c.gather(&[2, 1, 0]);
+        assert_eq!(g.get(0), ValueRef::Str("ccc"));
+        assert!(g.is_null(1));
+        c.truncate(1);
+        assert_eq!(c.len(), 1);
+        assert!(!c.has_nulls());
+        c.push_str("d");
+        assert_eq!(c.str(1), Some("d"));
+    }
+
+    #[test]
+    fn many_rows_cross_bitmap_words() {
+        let mut c = Column::new(DataType::Int, 0);
+        for i in 0..200 {
+            if i % 3 == 0 { c.push_null() } else { c.push_int(i) }
+        }
+        for i in 0..200 {
+            assert_eq!(c.int(i as usize), if i % 3 == 0 { None } else { Some(i) });
+        }
+        c.truncate(65);
+        assert!(c.is_null(63));
+        assert!(!c.is_null(64));
+        c.push_null();
+        assert!(c.is_null(65));
+    }
+}

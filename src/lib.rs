@@ -1,0 +1,20 @@
+//! eddy: an embedded, single-binary edge stream processor.
+//!
+//! Without the default `std` feature the crate is `#![no_std]` and holds only
+//! [`kernel`], the portable core that also runs on microcontrollers.
+#![cfg_attr(not(feature = "std"), no_std)]
+
+pub mod kernel;
+
+#[cfg(feature = "std")]
+pub(crate) mod config;
+#[cfg(feature = "std")]
+pub mod daemon;
+#[cfg(feature = "std")]
+pub(crate) mod data;
+#[cfg(feature = "std")]
+pub(crate) mod exec;
+#[cfg(feature = "std")]
+pub(crate) mod io;
+#[cfg(feature = "std")]
+pub(crate) mod plan;
