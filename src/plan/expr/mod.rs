@@ -49,9 +49,18 @@ impl Compiled {
     /// this expression's type.
     pub(crate) fn eval_into(&self, batch: &Batch, row: usize, out: &mut Column) -> Result<(), EvalError> {
         match self {
-            Compiled::Bool(f) => f(batch, row)?.map_or_else(|| out.push_null(), |v| out.push_bool(v)),
-            Compiled::Int(f) => f(batch, row)?.map_or_else(|| out.push_null(), |v| out.push_int(v)),
-            Compiled::Float(f) => f(batch, row)?.map_or_else(|| out.push_null(), |v| out.push_float(v)),
+            Compiled::Bool(f) => match f(batch, row)? {
+                Some(v) => out.push_bool(v),
+                None => out.push_null(),
+            },
+            Compiled::Int(f) => match f(batch, row)? {
+                Some(v) => out.push_int(v),
+                None => out.push_null(),
+            },
+            Compiled::Float(f) => match f(batch, row)? {
+                Some(v) => out.push_float(v),
+                None => out.push_null(),
+            },
             Compiled::Str(f) => match f(batch, row)? {
                 Some(s) => out.push_str(&s),
                 None => out.push_null(),
