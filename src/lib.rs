@@ -18,3 +18,6 @@ pub(crate) mod exec;
 pub(crate) mod io;
 #[cfg(feature = "std")]
 pub(crate) mod plan;
+
+#[cfg(feature = "std")]
+pub use daemon::api::{ComponentStats, LatencyPercentiles, RunReport, WcountReport, run_pipeline_file, run_pipeline_str, wcount, wcount_expected};

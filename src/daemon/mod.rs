@@ -1,2 +1,40 @@
-//! CLI entry points.
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! Command-line entry points: `run`, `validate`, `bench`.
+
+pub mod api;
+mod bench;
+mod cli;
+mod load;
+mod run;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// `EX_CONFIG` from sysexits.h, as `vector validate` uses.
+pub(crate) const EXIT_CONFIG: u8 = 78;
+
+pub fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging(cli.log_level.as_deref());
+    match cli.command {
+        cli::Command::Run { file, stats } => run::run(&file, stats),
+        cli::Command::Validate { file } => run::validate(&file),
+        cli::Command::Bench { workload } => bench::bench(workload),
+    }
+}
+
+/// Logs go to stderr. `--log-level` wins over `RUST_LOG`; the default is
+/// `info`.
+fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::try_new(l),
+        None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("info")),
+    }
+    .unwrap_or_else(|e| {
+        eprintln!("eddy: invalid log level ({e}); using info");
+        EnvFilter::new("info")
+    });
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
+}

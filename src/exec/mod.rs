@@ -1,1 +1,167 @@
-//! TODO
+//! Running a plan: worker threads, each with an instance of every operator,
+//! records exchanged between them by key bin over bounded channels,
+//! watermarks, end of input, and the intrinsic metrics.
+
+pub(crate) mod clock;
+pub(crate) mod metrics;
+pub(crate) mod operator;
+mod ops;
+mod start;
+mod worker;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use crate::io::dead_letter::DeadLetter;
+use crate::kernel::counters::Counters;
+use crate::plan::{NodeKind, Plan};
+use metrics::{Latency, OpMetrics};
+
+pub(crate) use start::start;
+
+/// What every worker of a run shares.
+pub(crate) struct Shared {
+    pub(crate) workers: usize,
+    pub(crate) bins: u32,
+    /// The worker that owns each bin.
+    pub(crate) assignment: Vec<u16>,
+    pub(crate) channel_capacity: usize,
+    pub(crate) dead_letter: Arc<DeadLetter>,
+    /// Set to end the sources (a signal, or a failure).
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Set when the run cannot go on; workers return at once.
+    pub(crate) failed: AtomicBool,
+    failure: Mutex<Option<String>>,
+    /// Worker thread handles, for wakeups; set before any work starts.
+    pub(crate) threads: OnceLock<Vec<Thread>>,
+}
+
+impl Shared {
+    /// Ends the run with an error; the first message wins.
+    pub(crate) fn fail(&self, message: String) {
+        tracing::error!("{message}");
+        let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(message);
+        self.failed.store(true, Relaxed);
+        self.stop.store(true, Relaxed);
+        if let Some(threads) = self.threads.get() {
+            threads.iter().for_each(Thread::unpark);
+        }
+    }
+}
+
+/// Bins spread evenly over workers in contiguous ranges.
+pub(crate) fn even_assignment(bins: u32, workers: usize) -> Vec<u16> {
+    (0..bins as usize).map(|b| (b * workers / bins as usize) as u16).collect()
+}
+
+/// A started run.
+pub(crate) struct Running {
+    plan: Arc<Plan>,
+    shared: Arc<Shared>,
+    started: Instant,
+    workers: Vec<JoinHandle<()>>,
+    /// Reader and writer threads.
+    helpers: Vec<JoinHandle<()>>,
+    /// `[node][worker]`
+    metrics: Vec<Vec<Arc<OpMetrics>>>,
+    /// Per node; sinks only.
+    latency: Vec<Option<Arc<Latency>>>,
+}
+
+/// The counters of one component over all workers.
+#[derive(Clone, Debug)]
+pub(crate) struct ComponentReport {
+    pub(crate) id: String,
+    pub(crate) kind: NodeKind,
+    pub(crate) type_name: String,
+    pub(crate) counters: Counters,
+    pub(crate) errors: u64,
+    pub(crate) late: u64,
+    /// Sinks: end-to-end latency in microseconds.
+    pub(crate) latency_us: Option<hdrhistogram::Histogram<u64>>,
+}
+
+/// How a run went.
+pub(crate) struct Report {
+    pub(crate) elapsed: Duration,
+    pub(crate) components: Vec<ComponentReport>,
+    pub(crate) dead_letters: u64,
+    pub(crate) dead_letter_path: std::path::PathBuf,
+    /// Set when the run failed.
+    pub(crate) failure: Option<String>,
+}
+
+impl Running {
+    pub(crate) fn is_finished(&self) -> bool {
+        self.workers.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Asks the sources to end; the pipeline then drains.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Relaxed);
+        if let Some(threads) = self.shared.threads.get() {
+            threads.iter().for_each(Thread::unpark);
+        }
+    }
+
+    pub(crate) fn report(&self) -> Report {
+        let components = self
+            .plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut total = Counters::default();
+                let (mut errors, mut late) = (0, 0);
+                for m in &self.metrics[i] {
+                    let c = m.counters();
+                    total.records_in += c.records_in;
+                    total.records_out += c.records_out;
+                    total.useful_ns += c.useful_ns;
+                    total.waiting_ns += c.waiting_ns;
+                    total.blocked_ns += c.blocked_ns;
+                    errors += m.errors.load(Relaxed);
+                    late += m.late.load(Relaxed);
+                }
+                ComponentReport {
+                    id: n.id.clone(),
+                    kind: n.kind,
+                    type_name: n.type_name.clone(),
+                    counters: total,
+                    errors,
+                    late,
+                    latency_us: self.latency[i].as_ref().map(|l| l.snapshot()),
+                }
+            })
+            .collect();
+        Report {
+            elapsed: self.started.elapsed(),
+            components,
+            dead_letters: self.shared.dead_letter.count(),
+            dead_letter_path: self.shared.dead_letter.path().to_path_buf(),
+            failure: self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
+    }
+
+    /// Waits for the run to end (every source ended and drained, or a
+    /// failure) and reports.
+    pub(crate) fn wait(mut self) -> Report {
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        let elapsed = self.started.elapsed();
+        // Operators are gone, so sink writers see their channels close and
+        // flush. Readers may block on stdin forever: do not wait for those.
+        for h in self.helpers.drain(..) {
+            if h.thread().name().is_some_and(|n| n.starts_with("eddy-write")) {
+                let _ = h.join();
+            }
+        }
+        let mut report = self.report();
+        report.elapsed = elapsed;
+        report
+    }
+}

@@ -1,4 +1,18 @@
 //! Sources and sinks, and the record formats they read and write.
+//!
+//! Nothing here blocks a worker thread: sources that read files or stdin
+//! decode on their own thread and hand over batches through a bounded
+//! channel; sinks that write hand bytes to a writer thread the same way.
 
 pub(crate) mod codec;
+pub(crate) mod dead_letter;
 pub(crate) mod generator;
+mod generator_source;
+mod line_source;
+mod sinks;
+mod writer;
+
+pub(crate) use generator_source::GeneratorTask;
+pub(crate) use line_source::{LineReaderArgs, LineSource, line_channel, open_input, spawn_line_reader};
+pub(crate) use sinks::{BlackholeSink, Tap, WriterSink};
+pub(crate) use writer::{SinkWriter as SinkWriterHandle, Target, spawn_writer};

@@ -1,0 +1,167 @@
+//! The pipeline file as typed values, each remembering where it was written.
+
+use std::ops::Range;
+use std::path::PathBuf;
+
+use super::diag::Sp;
+use crate::data::DataType;
+use crate::io::codec::Format;
+use crate::io::generator::GeneratorSpec;
+
+/// A whole, structurally valid pipeline file.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) node: NodeConfig,
+    /// Sources, transforms and sinks in file order.
+    pub(crate) components: Vec<Component>,
+}
+
+/// `[node]`: this process.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeConfig {
+    pub(crate) name: String,
+    pub(crate) data_dir: PathBuf,
+    /// Worker threads; each owns a share of the bins of every keyed operator.
+    pub(crate) workers: usize,
+    /// Number of key bins, a power of two.
+    pub(crate) bins: u32,
+    /// Where records that fail to parse or evaluate are written.
+    pub(crate) dead_letter: PathBuf,
+    /// Most records in one batch.
+    pub(crate) batch_size: usize,
+    /// Batches a channel between workers (or to a sink writer) holds before
+    /// the sender waits.
+    pub(crate) channel_capacity: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Section {
+    Source,
+    Transform,
+    Sink,
+}
+
+impl Section {
+    /// The TOML table the section lives in.
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            Section::Source => "sources",
+            Section::Transform => "transforms",
+            Section::Sink => "sinks",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Component {
+    pub(crate) section: Section,
+    pub(crate) id: Sp<String>,
+    pub(crate) type_name: Sp<String>,
+    pub(crate) inputs: Vec<Sp<String>>,
+    /// Where `inputs` is written (or the component's table, if it is not).
+    pub(crate) inputs_span: Range<usize>,
+    pub(crate) spec: Spec,
+}
+
+impl Component {
+    /// The name of the late-record stream this component declares, if any.
+    pub(crate) fn late_output(&self) -> Option<&Sp<String>> {
+        match &self.spec {
+            Spec::Window(w) => w.late_output.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// `sources.readings`, as diagnostics name it.
+    pub(crate) fn qualified_id(&self) -> String {
+        format!("{}.{}", self.section.table(), self.id.value)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum Spec {
+    Generator(GeneratorSource),
+    File(FileSource),
+    Stdin(StdinSource),
+    Filter { condition: Sp<String> },
+    Map { fields: Vec<(Sp<String>, Sp<String>)> },
+    Select { fields: Vec<Sp<String>> },
+    Drop { fields: Vec<Sp<String>> },
+    Window(WindowConfig),
+    Join(JoinConfig),
+    Stdout { format: Format },
+    FileSink { path: Sp<PathBuf>, format: Format },
+    Blackhole,
+    /// A component whose fields have errors (already reported).
+    Invalid,
+}
+
+/// The event-time settings every source has.
+#[derive(Clone, Debug)]
+pub(crate) struct EventTime {
+    /// The field holding event time; `None` makes the stream untimed.
+    pub(crate) field: Option<Sp<String>>,
+    pub(crate) max_out_of_orderness_ms: i64,
+}
+
+#[derive(Debug)]
+pub(crate) struct GeneratorSource {
+    pub(crate) spec: GeneratorSpec,
+    /// Events per second over all workers; `None` is as fast as possible.
+    pub(crate) rate: Option<u64>,
+    /// Events in all; `None` is endless.
+    pub(crate) count: Option<u64>,
+    pub(crate) event_time: EventTime,
+}
+
+/// A declared record schema: field names and types in file order.
+pub(crate) type SchemaDecl = Vec<(Sp<String>, DataType)>;
+
+#[derive(Debug)]
+pub(crate) struct FileSource {
+    pub(crate) path: Sp<PathBuf>,
+    pub(crate) format: Format,
+    pub(crate) schema: SchemaDecl,
+    pub(crate) follow: bool,
+    pub(crate) event_time: EventTime,
+}
+
+#[derive(Debug)]
+pub(crate) struct StdinSource {
+    pub(crate) format: Format,
+    pub(crate) schema: SchemaDecl,
+    pub(crate) event_time: EventTime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WindowKind {
+    Tumbling { size_ms: i64 },
+    Hopping { size_ms: i64, slide_ms: i64 },
+    Session { gap_ms: i64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct WindowConfig {
+    pub(crate) key: Vec<Sp<String>>,
+    pub(crate) kind: WindowKind,
+    pub(crate) allowed_lateness_ms: i64,
+    /// Output field name → aggregate call, in file order.
+    pub(crate) aggregates: Vec<(Sp<String>, Sp<String>)>,
+    /// The name of the stream that late records go to.
+    pub(crate) late_output: Option<Sp<String>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JoinMode {
+    /// Pairs with equal keys in the same tumbling window.
+    Tumbling { size_ms: i64 },
+    /// Pairs with equal keys at most `within_ms` apart in event time.
+    Interval { within_ms: i64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct JoinConfig {
+    pub(crate) left_on: Vec<Sp<String>>,
+    pub(crate) right_on: Vec<Sp<String>>,
+    pub(crate) mode: JoinMode,
+}

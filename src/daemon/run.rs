@@ -1,0 +1,108 @@
+//! `eddy run` and `eddy validate`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use async_signal::{Signal, Signals};
+use smol::stream::StreamExt;
+
+use super::load::load;
+use super::stats;
+use super::EXIT_CONFIG;
+use crate::exec;
+
+pub(crate) fn validate(file: &Path) -> ExitCode {
+    match load(file) {
+        Ok((plan, d)) => {
+            eprint!("{}", d.render());
+            println!("{}: ok: {}", file.display(), plan.describe());
+            ExitCode::SUCCESS
+        }
+        Err(d) => {
+            eprint!("{}", d.render());
+            let n = d.errors.len();
+            eprintln!("{}: {n} error{}", file.display(), if n == 1 { "" } else { "s" });
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
+    let (plan, d) = match load(file) {
+        Ok(ok) => ok,
+        Err(d) => {
+            eprint!("{}", d.render());
+            eprintln!("{}: not started because of the errors above", file.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    for w in d.render().lines() {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(pipeline = %file.display(), "starting: {}", plan.describe());
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = match exec::start(Arc::new(plan), stop, HashMap::new()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match wait_or_signal(running) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let report = running.wait();
+    stats::log_summary(&report);
+    if print_stats {
+        eprint!("{}", stats::table(&report));
+    }
+    match report.failure {
+        Some(_) => ExitCode::FAILURE,
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// Waits until the run ends by itself, or a signal asks it to stop (then it
+/// drains). A second signal exits at once.
+fn wait_or_signal(running: exec::Running) -> Result<exec::Running, ExitCode> {
+    smol::block_on(async {
+        let mut signals = match Signals::new([Signal::Int, Signal::Term]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot listen for signals ({e}); Ctrl-C will not drain");
+                while !running.is_finished() {
+                    smol::Timer::after(Duration::from_millis(20)).await;
+                }
+                return Ok(running);
+            }
+        };
+        let mut stopping = false;
+        loop {
+            let finished = async {
+                while !running.is_finished() {
+                    smol::Timer::after(Duration::from_millis(20)).await;
+                }
+                None
+            };
+            let signal = async { signals.next().await };
+            match smol::future::or(finished, signal).await {
+                None => return Ok(running),
+                Some(Ok(sig)) if !stopping => {
+                    tracing::info!("received {sig:?}; stopping sources and draining (send it again to exit at once)");
+                    stopping = true;
+                    running.stop();
+                }
+                Some(Ok(sig)) => {
+                    tracing::warn!("received {sig:?} again; exiting without draining");
+                    return Err(ExitCode::from(130));
+                }
+                Some(Err(e)) => tracing::warn!("signal error: {e}"),
+            }
+        }
+    })
+}

@@ -1,0 +1,100 @@
+//! Intrinsic metrics of every operator instance, and sink latency.
+//!
+//! Counters are atomics written once per batch by the owning worker and read
+//! by whoever reports them; `Relaxed` is enough because each counter is read
+//! on its own.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use hdrhistogram::Histogram;
+
+use crate::kernel::counters::Counters;
+
+/// The counters of one operator instance (one component on one worker).
+#[derive(Default, Debug)]
+pub(crate) struct OpMetrics {
+    pub(crate) records_in: AtomicU64,
+    pub(crate) records_out: AtomicU64,
+    /// Time inside operator code.
+    pub(crate) useful_ns: AtomicU64,
+    /// Time the worker had nothing to do while this instance was running.
+    pub(crate) waiting_ns: AtomicU64,
+    /// Time spent waiting for space downstream.
+    pub(crate) blocked_ns: AtomicU64,
+    /// Records that went to the dead-letter output.
+    pub(crate) errors: AtomicU64,
+    /// Records behind the watermark, dropped or sent to `late_output`.
+    pub(crate) late: AtomicU64,
+}
+
+impl OpMetrics {
+    #[inline]
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        Counters {
+            records_in: self.records_in.load(Relaxed),
+            records_out: self.records_out.load(Relaxed),
+            useful_ns: self.useful_ns.load(Relaxed),
+            waiting_ns: self.waiting_ns.load(Relaxed),
+            blocked_ns: self.blocked_ns.load(Relaxed),
+        }
+    }
+}
+
+/// End-to-end latency (ingestion to sink) in microseconds.
+pub(crate) struct Latency {
+    histogram: Mutex<Histogram<u64>>,
+}
+
+/// Latencies above an hour are clamped into the top bucket.
+const LATENCY_MAX_US: u64 = 3_600_000_000;
+
+impl Default for Latency {
+    fn default() -> Self {
+        let h = Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("static histogram bounds are valid");
+        Latency { histogram: Mutex::new(h) }
+    }
+}
+
+impl Latency {
+    /// Records the latency of every row whose ingestion time is in
+    /// `ingest_ns`, as of `now_ns`. Runs of equal stamps (a source batch)
+    /// are recorded at once.
+    pub(crate) fn record_batch(&self, ingest_ns: &[u64], now_ns: u64) {
+        let mut h = self.histogram.lock().unwrap_or_else(|e| e.into_inner());
+        let mut i = 0;
+        while i < ingest_ns.len() {
+            let stamp = ingest_ns[i];
+            let mut j = i + 1;
+            while j < ingest_ns.len() && ingest_ns[j] == stamp {
+                j += 1;
+            }
+            let us = (now_ns.saturating_sub(stamp) / 1_000).clamp(1, LATENCY_MAX_US);
+            let _ = h.record_n(us, (j - i) as u64);
+            i = j;
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Histogram<u64> {
+        self.histogram.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_records_runs_of_equal_stamps() {
+        let l = Latency::default();
+        l.record_batch(&[0, 0, 0, 1_000_000], 2_000_000);
+        let h = l.snapshot();
+        assert_eq!(h.len(), 4);
+        assert_eq!(h.value_at_quantile(0.5), 2_000);
+        assert_eq!(h.min(), 1_000);
+    }
+}

@@ -1,0 +1,79 @@
+//! The interface between the worker loop and the code of one operator.
+
+use std::sync::atomic::AtomicU64;
+
+use super::metrics::OpMetrics;
+use crate::data::Batch;
+use crate::io::dead_letter::DeadLetter;
+
+/// One instance of a transform or sink on one worker.
+///
+/// The worker calls these methods; none of them may block on IO (sinks hand
+/// their bytes to a writer thread) and none may panic on bad data (bad
+/// records go to [`OpCtx::dead_letter`]).
+pub(crate) trait Operator: Send {
+    /// A batch arrived on input `port`.
+    fn on_batch(&mut self, port: usize, batch: Batch, ctx: &mut OpCtx<'_>);
+
+    /// The minimum watermark over all inputs advanced to `watermark`. Called
+    /// with `WATERMARK_END` once every input has ended.
+    fn on_watermark(&mut self, _watermark: i64, _ctx: &mut OpCtx<'_>) {}
+
+    /// Every input has ended (after the final watermark); flush.
+    fn on_end(&mut self, _ctx: &mut OpCtx<'_>) {}
+}
+
+/// What an operator may do while it runs.
+pub(crate) struct OpCtx<'a> {
+    pub(crate) out: &'a mut Vec<(usize, Batch)>,
+    pub(crate) component: &'a str,
+    pub(crate) metrics: &'a OpMetrics,
+    pub(crate) dead_letter: &'a DeadLetter,
+    /// The operator's current input watermark.
+    pub(crate) watermark: i64,
+    /// Time the operator spent waiting (on a writer), not working.
+    pub(crate) blocked_ns: u64,
+}
+
+impl OpCtx<'_> {
+    /// Emits a batch on the main output.
+    #[inline]
+    pub(crate) fn emit(&mut self, batch: Batch) {
+        if !batch.is_empty() {
+            self.out.push((0, batch));
+        }
+    }
+
+    /// Emits a batch on output `port` (1: late records).
+    #[inline]
+    pub(crate) fn emit_to(&mut self, port: usize, batch: Batch) {
+        if !batch.is_empty() {
+            self.out.push((port, batch));
+        }
+    }
+
+    /// Sends row `row` of `batch` to the dead-letter output with `reason`.
+    pub(crate) fn dead_letter(&self, batch: &Batch, row: usize, reason: &str) {
+        OpMetrics::add(&self.metrics.errors, 1);
+        self.dead_letter.record_row(self.component, batch, row, reason);
+    }
+
+    pub(crate) fn count(&self, counter: &AtomicU64, n: u64) {
+        OpMetrics::add(counter, n);
+    }
+}
+
+/// What a source task produced when polled.
+pub(crate) enum SourcePoll {
+    Batch(Batch),
+    /// Nothing now; poll again at the given time (or when woken).
+    Pending(Option<std::time::Instant>),
+    Ended,
+}
+
+/// One instance of a source on one worker.
+pub(crate) trait SourceTask: Send {
+    /// Produces the next batch if one is ready. `stop` asks the source to
+    /// end (SIGINT/SIGTERM).
+    fn poll(&mut self, stop: bool) -> SourcePoll;
+}

@@ -1,0 +1,238 @@
+//! `join`: windowed stream–stream equi-join of two inputs (port 0 left,
+//! port 1 right).
+//!
+//! - Tumbling: pairs with equal keys in the same window are emitted when the
+//!   window fires (as Flink's window join), with `window_start`/`window_end`.
+//! - Interval (`within`): pairs with equal keys at most `within` apart are
+//!   emitted as soon as the second of them arrives (as Flink's interval
+//!   join); a row is kept until the watermark is `within` past it.
+//!
+//! Records behind the watermark cannot be joined reliably and are counted
+//! as late and dropped, as Flink does.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use super::window_state::Owned;
+use crate::config::JoinMode;
+use crate::data::{Batch, BatchBuilder, ValueRef};
+use crate::exec::operator::{OpCtx, Operator};
+use crate::kernel::hash::bin_of;
+use crate::kernel::window::tumbling_start;
+use crate::plan::JoinPlan;
+
+/// A stored input row.
+struct Row {
+    ts: i64,
+    ingest_ns: u64,
+    values: Box<[Option<Owned>]>,
+}
+
+/// The rows of one key, per side.
+#[derive(Default)]
+struct Sides {
+    rows: [Vec<Row>; 2],
+}
+
+type KeyMap = HashMap<Box<[u8]>, Sides>;
+
+pub(crate) struct Join {
+    plan: Arc<JoinPlan>,
+    bins: u32,
+    /// Interval joins: per bin, key → rows.
+    by_bin: Vec<KeyMap>,
+    /// Tumbling joins: window start → per bin, key → rows.
+    by_window: BTreeMap<i64, Vec<KeyMap>>,
+    /// Interval joins: when keys may have rows to drop → (bin, key).
+    expiry: BTreeMap<i64, Vec<(u32, Box<[u8]>)>>,
+    watermark: i64,
+    batch_size: usize,
+    key_scratch: Vec<u8>,
+}
+
+impl Join {
+    pub(crate) fn new(plan: Arc<JoinPlan>, bins: u32, batch_size: usize) -> Join {
+        let by_bin = match plan.mode {
+            JoinMode::Interval { .. } => (0..bins).map(|_| KeyMap::new()).collect(),
+            JoinMode::Tumbling { .. } => Vec::new(),
+        };
+        Join { plan, bins, by_bin, by_window: BTreeMap::new(), expiry: BTreeMap::new(), watermark: i64::MIN, batch_size, key_scratch: Vec::new() }
+    }
+
+    /// Appends the joined row of `left` and `right` to `out`.
+    fn emit_pair(plan: &JoinPlan, left: &Row, right: &Row, window: Option<(i64, i64)>, out: &mut BatchBuilder) {
+        let cols = out.columns_mut();
+        for (i, &(side, c)) in plan.columns.iter().enumerate() {
+            let row = if side == 0 { left } else { right };
+            match &row.values[c] {
+                Some(v) => cols[i].push_value(owned_ref(v)),
+                None => cols[i].push_null(),
+            }
+        }
+        let ts = match window {
+            Some((start, end)) => {
+                let n = plan.columns.len();
+                cols[n].push_int(start);
+                cols[n + 1].push_int(end);
+                end - 1
+            }
+            None => left.ts.max(right.ts),
+        };
+        out.finish_row(ts, left.ingest_ns.max(right.ingest_ns));
+    }
+}
+
+fn owned_ref(v: &Owned) -> ValueRef<'_> {
+    match v {
+        Owned::Bool(b) => ValueRef::Bool(*b),
+        Owned::Int(i) => ValueRef::Int(*i),
+        Owned::Float(f) => ValueRef::Float(*f),
+        Owned::Str(s) => ValueRef::Str(s),
+    }
+}
+
+fn capture(batch: &Batch, row: usize) -> Row {
+    let values = batch.columns().iter().map(|c| Owned::from_value(c.get(row))).collect();
+    Row { ts: batch.event_time()[row], ingest_ns: batch.ingest_ns()[row], values }
+}
+
+impl Operator for Join {
+    fn on_batch(&mut self, port: usize, mut batch: Batch, ctx: &mut OpCtx<'_>) {
+        let plan = self.plan.clone();
+        let key = if port == 0 { &plan.left_key } else { &plan.right_key };
+        if batch.key_hash().is_empty() {
+            let hashes = key.hash_rows(&batch, &mut self.key_scratch);
+            batch.set_key_hash(hashes);
+        }
+        let mut out = BatchBuilder::new(plan.output.clone(), 16, true);
+        let mut late = 0u64;
+        for row in 0..batch.len() {
+            let ts = batch.event_time()[row];
+            let bin = bin_of(batch.key_hash()[row], self.bins) as usize;
+            self.key_scratch.clear();
+            key.encode(&batch, row, &mut self.key_scratch);
+            // SQL equi-joins never match NULL keys.
+            if key_has_null(&self.key_scratch, key.types()) {
+                continue;
+            }
+            match plan.mode {
+                JoinMode::Tumbling { size_ms } => {
+                    let start = tumbling_start(ts, size_ms);
+                    if start + size_ms - 1 <= self.watermark {
+                        late += 1;
+                        continue;
+                    }
+                    let bins = self.bins as usize;
+                    let maps = self.by_window.entry(start).or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
+                    let sides = entry(&mut maps[bin], &self.key_scratch);
+                    sides.rows[port].push(capture(&batch, row));
+                }
+                JoinMode::Interval { within_ms } => {
+                    if ts < self.watermark {
+                        late += 1;
+                        continue;
+                    }
+                    let sides = entry(&mut self.by_bin[bin], &self.key_scratch);
+                    let new = capture(&batch, row);
+                    for other in &sides.rows[1 - port] {
+                        if (other.ts - new.ts).abs() <= within_ms {
+                            let (l, r) = if port == 0 { (&new, other) } else { (other, &new) };
+                            Self::emit_pair(&plan, l, r, None, &mut out);
+                        }
+                    }
+                    sides.rows[port].push(new);
+                    let expires = ts.saturating_add(within_ms);
+                    self.expiry.entry(expires).or_default().push((bin as u32, self.key_scratch.clone().into_boxed_slice()));
+                    if out.len() >= self.batch_size {
+                        ctx.emit(out.take());
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            ctx.emit(out.take());
+        }
+        if late > 0 {
+            ctx.count(&ctx.metrics.late, late);
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
+        self.watermark = watermark;
+        let plan = self.plan.clone();
+        let mut out = BatchBuilder::new(plan.output.clone(), self.batch_size, true);
+        match plan.mode {
+            JoinMode::Tumbling { size_ms } => {
+                while let Some(entry) = self.by_window.first_entry() {
+                    let start = *entry.key();
+                    let end = start + size_ms;
+                    if end - 1 > watermark {
+                        break;
+                    }
+                    for map in entry.remove() {
+                        for sides in map.values() {
+                            for l in &sides.rows[0] {
+                                for r in &sides.rows[1] {
+                                    Self::emit_pair(&plan, l, r, Some((start, end)), &mut out);
+                                    if out.len() >= self.batch_size {
+                                        ctx.emit(out.take());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            JoinMode::Interval { within_ms } => {
+                // A row at `ts` can still match rows up to `ts + within`;
+                // once the watermark is past that, no on-time row can.
+                while let Some(entry) = self.expiry.first_entry() {
+                    if *entry.key() >= watermark {
+                        break;
+                    }
+                    for (bin, key) in entry.remove() {
+                        let map = &mut self.by_bin[bin as usize];
+                        let Some(sides) = map.get_mut(&key) else { continue };
+                        for rows in &mut sides.rows {
+                            rows.retain(|r| r.ts.saturating_add(within_ms) >= watermark);
+                        }
+                        if sides.rows.iter().all(Vec::is_empty) {
+                            map.remove(&key);
+                        }
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            ctx.emit(out.take());
+        }
+    }
+}
+
+/// The rows of `key`, allocating the key only when it is new.
+fn entry<'m>(map: &'m mut KeyMap, key: &[u8]) -> &'m mut Sides {
+    if !map.contains_key(key) {
+        map.insert(key.into(), Sides::default());
+    }
+    map.get_mut(key).expect("inserted above")
+}
+
+/// Whether an encoded key has a NULL part.
+fn key_has_null(mut key: &[u8], types: &[crate::data::DataType]) -> bool {
+    use crate::data::DataType;
+    for ty in types {
+        let Some((&tag, rest)) = key.split_first() else { return false };
+        if tag == 0 {
+            return true;
+        }
+        let len = match ty {
+            DataType::Bool => 1,
+            DataType::Int | DataType::Float => 8,
+            DataType::Str => 4 + u32::from_le_bytes(rest[..4].try_into().unwrap_or_default()) as usize,
+        };
+        key = &rest[len..];
+    }
+    false
+}

@@ -1,0 +1,16 @@
+//! The transform operators, one file each.
+
+mod filter;
+mod join;
+mod map;
+mod project;
+mod session;
+mod window;
+mod window_state;
+
+pub(crate) use filter::Filter;
+pub(crate) use join::Join;
+pub(crate) use map::Map;
+pub(crate) use project::Project;
+pub(crate) use session::SessionWindow;
+pub(crate) use window::Window;

@@ -1,0 +1,182 @@
+//! `window` with session windows: per key, events closer than `gap` form
+//! one session; a session fires when the watermark passes its last event
+//! plus the gap. Sessions that come to touch are merged, as in Flink.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use super::window_state::{AccState, Aggregates};
+use crate::config::WindowKind;
+use crate::data::{Batch, BatchBuilder, Column};
+use crate::exec::operator::{OpCtx, Operator};
+use crate::kernel::hash::bin_of;
+use crate::kernel::window::{Window as Span, session_window};
+use crate::plan::WindowPlan;
+
+pub(crate) struct SessionWindow {
+    plan: Arc<WindowPlan>,
+    bins: u32,
+    gap_ms: i64,
+    /// Per bin: key → its open sessions, ordered by start.
+    state: Vec<HashMap<Box<[u8]>, Vec<Session>>>,
+    /// When to look at a key again: fire time or purge time → keys.
+    /// Entries may be stale (the session moved); they are checked when due.
+    timers: BTreeMap<i64, Vec<(u32, Box<[u8]>)>>,
+    watermark: i64,
+    last_ingest_ns: u64,
+    batch_size: usize,
+    key_scratch: Vec<u8>,
+}
+
+struct Session {
+    span: Span,
+    accs: Vec<AccState>,
+    /// Whether the current contents were emitted.
+    fired: bool,
+}
+
+impl SessionWindow {
+    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> SessionWindow {
+        let WindowKind::Session { gap_ms } = plan.kind else { unreachable!("only session windows come here") };
+        SessionWindow {
+            plan,
+            bins,
+            gap_ms,
+            state: (0..bins).map(|_| HashMap::new()).collect(),
+            timers: BTreeMap::new(),
+            watermark: i64::MIN,
+            last_ingest_ns: 0,
+            batch_size,
+            key_scratch: Vec::new(),
+        }
+    }
+
+    fn purge_time(&self, span: &Span) -> i64 {
+        span.max_timestamp().saturating_add(self.plan.allowed_lateness_ms)
+    }
+
+    fn emit(plan: &WindowPlan, key: &[u8], s: &Session, ingest_ns: u64, out: &mut BatchBuilder) {
+        let aggs = Aggregates::new(&plan.aggregates);
+        let n_keys = plan.key.types().len();
+        let cols = out.columns_mut();
+        let (key_cols, rest) = cols.split_at_mut(n_keys);
+        let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
+        plan.key.decode_into(key, &mut key_refs);
+        let (agg_cols, bounds) = rest.split_at_mut(aggs.len());
+        aggs.finish(&s.accs, agg_cols);
+        bounds[0].push_int(s.span.start);
+        bounds[1].push_int(s.span.end);
+        out.finish_row(s.span.max_timestamp(), ingest_ns);
+    }
+
+    fn flush(&self, out: &mut BatchBuilder, ctx: &mut OpCtx<'_>, force: bool) {
+        if (force && !out.is_empty()) || out.len() >= self.batch_size {
+            ctx.emit(out.take());
+        }
+    }
+}
+
+impl Operator for SessionWindow {
+    fn on_batch(&mut self, _port: usize, mut batch: Batch, ctx: &mut OpCtx<'_>) {
+        if batch.key_hash().is_empty() {
+            let hashes = self.plan.key.hash_rows(&batch, &mut self.key_scratch);
+            batch.set_key_hash(hashes);
+        }
+        let plan = self.plan.clone();
+        let aggs = Aggregates::new(&plan.aggregates);
+        let args = aggs.eval(&batch, |row, reason| ctx.dead_letter(&batch, row, reason));
+        self.last_ingest_ns = self.last_ingest_ns.max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
+        let mut late = Vec::new();
+        let mut out = BatchBuilder::new(plan.output.clone(), 16, true);
+        for row in 0..batch.len() {
+            if args.any_failed && args.failed[row] {
+                continue;
+            }
+            let ts = batch.event_time()[row];
+            let opened = session_window(ts, self.gap_ms);
+            if self.purge_time(&opened) <= self.watermark {
+                late.push(row as u32);
+                continue;
+            }
+            let bin = bin_of(batch.key_hash()[row], self.bins);
+            self.key_scratch.clear();
+            plan.key.encode(&batch, row, &mut self.key_scratch);
+            let sessions = match self.state[bin as usize].get_mut(self.key_scratch.as_slice()) {
+                Some(s) => s,
+                None => self.state[bin as usize].entry(self.key_scratch.clone().into_boxed_slice()).or_default(),
+            };
+            // Merge every session the new event touches into one.
+            let mut merged = Session { span: opened, accs: Vec::with_capacity(aggs.len()), fired: false };
+            aggs.init(&mut merged.accs);
+            aggs.update(&mut merged.accs, &args, row, ts);
+            let mut i = 0;
+            while i < sessions.len() {
+                if sessions[i].span.touches(&merged.span) {
+                    let old = sessions.remove(i);
+                    merged.span = merged.span.cover(&old.span);
+                    aggs.merge(&mut merged.accs, &old.accs);
+                } else {
+                    i += 1;
+                }
+            }
+            let at = sessions.partition_point(|s| s.span.start < merged.span.start);
+            let fire_at = merged.span.max_timestamp();
+            let fire_now = fire_at <= self.watermark;
+            if fire_now {
+                // A late event updated a session that is already due: emit
+                // the updated result at once.
+                merged.fired = true;
+                Self::emit(&plan, &self.key_scratch, &merged, self.last_ingest_ns, &mut out);
+            }
+            let timer = if fire_now { fire_at.saturating_add(plan.allowed_lateness_ms) } else { fire_at };
+            sessions.insert(at, merged);
+            self.timers.entry(timer).or_default().push((bin, self.key_scratch.clone().into_boxed_slice()));
+            self.flush(&mut out, ctx, false);
+        }
+        self.flush(&mut out, ctx, true);
+        if !late.is_empty() {
+            ctx.count(&ctx.metrics.late, late.len() as u64);
+            if plan.has_late_output {
+                ctx.emit_to(1, batch.take_rows(&late));
+            }
+        }
+    }
+
+    fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
+        self.watermark = watermark;
+        let plan = self.plan.clone();
+        let mut out = BatchBuilder::new(plan.output.clone(), self.batch_size, true);
+        while let Some(entry) = self.timers.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            for (bin, key) in entry.remove() {
+                let Some(sessions) = self.state[bin as usize].get_mut(&key) else { continue };
+                let mut retry = Vec::new();
+                for s in sessions.iter_mut() {
+                    if !s.fired && s.span.max_timestamp() <= watermark {
+                        s.fired = true;
+                        Self::emit(&plan, &key, s, self.last_ingest_ns, &mut out);
+                        if out.len() >= self.batch_size {
+                            ctx.emit(out.take());
+                        }
+                        retry.push(s.span.max_timestamp().saturating_add(plan.allowed_lateness_ms));
+                    }
+                }
+                sessions.retain(|s| s.span.max_timestamp().saturating_add(plan.allowed_lateness_ms) > watermark);
+                if sessions.is_empty() {
+                    self.state[bin as usize].remove(&key);
+                } else {
+                    for t in retry.into_iter().filter(|&t| t > watermark) {
+                        self.timers.entry(t).or_default().push((bin, key.clone()));
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            ctx.emit(out.take());
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! One worker thread: an instance of every operator, driven by its sources
+//! and by batches other workers exchange with it.
+//!
+//! Operators between two exchanges run fused: a batch is pushed through them
+//! by direct calls. At a keyed exchange each row goes to the worker owning
+//! its bin; rows this worker owns are delivered directly, the rest travel
+//! over bounded channels.
+//!
+//! Deadlock freedom with bounded channels: a worker blocked sending on an
+//! exchange into node `n` keeps draining its own inboxes for nodes `>= n`
+//! (nodes are in topological order). Handling those can only send to nodes
+//! further downstream, so among all blocked workers the one blocked on the
+//! most downstream exchange always finds its receiver draining it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use super::metrics::OpMetrics;
+use super::operator::{OpCtx, Operator, SourcePoll, SourceTask};
+use crate::data::{Batch, KeySpec};
+use crate::kernel::hash::bin_of;
+use crate::kernel::watermark::{BoundedOutOfOrderness, WATERMARK_END, WATERMARK_START};
+
+/// What travels between workers on an exchange channel.
+pub(crate) struct Message {
+    pub(crate) from: u32,
+    pub(crate) body: Body,
+}
+
+pub(crate) enum Body {
+    Batch(Batch),
+    Watermark(i64),
+    End,
+}
+
+/// Where one output of a node goes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Route {
+    /// The consumer's instance on this worker.
+    Local { node: usize, port: usize },
+    /// Exchanged by key over exchange `edge`.
+    Exchange { edge: usize },
+}
+
+/// One keyed exchange into `(node, port)`.
+pub(crate) struct Edge {
+    pub(crate) node: usize,
+    pub(crate) port: usize,
+    pub(crate) key: KeySpec,
+    /// One sender per worker (including this one, unused).
+    pub(crate) senders: Vec<flume::Sender<Message>>,
+    /// This worker's inbox for the edge.
+    pub(crate) inbox: flume::Receiver<Message>,
+}
+
+/// Per input port: the watermark and end of each upstream sender.
+pub(crate) struct Port {
+    pub(crate) watermarks: Vec<i64>,
+    pub(crate) ended: Vec<bool>,
+}
+
+impl Port {
+    pub(crate) fn new(senders: usize) -> Port {
+        Port { watermarks: vec![WATERMARK_START; senders], ended: vec![false; senders] }
+    }
+}
+
+pub(crate) struct NodeState {
+    pub(crate) component: Arc<str>,
+    /// `None` for sources, and while the operator is running.
+    pub(crate) op: Option<Box<dyn Operator>>,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) watermark: i64,
+    pub(crate) ended: bool,
+    pub(crate) routes: Vec<Vec<Route>>,
+    pub(crate) metrics: Arc<OpMetrics>,
+    /// Reused output buffer.
+    pub(crate) emitted: Vec<(usize, Batch)>,
+}
+
+pub(crate) struct SourceState {
+    pub(crate) node: usize,
+    pub(crate) task: Box<dyn SourceTask>,
+    /// `None` for untimed sources.
+    pub(crate) watermark: Option<BoundedOutOfOrderness>,
+}
+
+pub(crate) struct Worker {
+    pub(crate) id: usize,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) nodes: Vec<NodeState>,
+    pub(crate) sources: Vec<SourceState>,
+    pub(crate) edges: Vec<Edge>,
+    /// Exchange edges ordered by target node, most downstream first.
+    pub(crate) drain_order: Vec<usize>,
+    pub(crate) key_scratch: Vec<u8>,
+    pub(crate) rows_by_worker: Vec<Vec<u32>>,
+}
+
+/// Messages handled per inbox per round, so that sources keep a fair share.
+const DRAIN_BATCH: usize = 16;
+/// Longest sleep while idle; a safety net, wakeups are explicit.
+const IDLE_PARK: Duration = Duration::from_millis(50);
+/// Sleep while blocked on a full channel with nothing else to do.
+const BLOCKED_PARK: Duration = Duration::from_micros(200);
+
+impl Worker {
+    /// Runs until every operator instance on this worker has ended.
+    pub(crate) fn run(mut self) {
+        loop {
+            if self.shared.failed.load(Relaxed) {
+                return;
+            }
+            let mut progressed = self.drain_inboxes(0);
+            let mut wake_at: Option<Instant> = None;
+            let stop = self.shared.stop.load(Relaxed);
+            for s in 0..self.sources.len() {
+                let node = self.sources[s].node;
+                if self.nodes[node].ended {
+                    continue;
+                }
+                let start = Instant::now();
+                let polled = self.sources[s].task.poll(stop);
+                OpMetrics::add(&self.nodes[node].metrics.useful_ns, start.elapsed().as_nanos() as u64);
+                match polled {
+                    SourcePoll::Batch(batch) => {
+                        progressed = true;
+                        self.source_batch(s, batch);
+                    }
+                    SourcePoll::Pending(at) => wake_at = min_time(wake_at, at),
+                    SourcePoll::Ended => {
+                        progressed = true;
+                        self.end_node(node);
+                    }
+                }
+            }
+            if self.nodes.iter().all(|n| n.ended) {
+                return;
+            }
+            if !progressed {
+                let idle = Instant::now();
+                let timeout = wake_at.map_or(IDLE_PARK, |t| t.saturating_duration_since(idle).min(IDLE_PARK));
+                std::thread::park_timeout(timeout);
+                let waited = idle.elapsed().as_nanos() as u64;
+                for n in &self.nodes {
+                    if !n.ended {
+                        OpMetrics::add(&n.metrics.waiting_ns, waited);
+                    }
+                }
+            }
+        }
+    }
+
+    fn source_batch(&mut self, s: usize, batch: Batch) {
+        let node = self.sources[s].node;
+        OpMetrics::add(&self.nodes[node].metrics.records_out, batch.len() as u64);
+        let advanced = self.sources[s].watermark.as_mut().and_then(|w| {
+            let before = w.watermark();
+            batch.event_time().iter().for_each(|&t| w.observe(t));
+            let after = w.watermark();
+            (after > before).then_some(after)
+        });
+        self.nodes[node].emitted.push((0, batch));
+        self.route_emitted(node);
+        if let Some(wm) = advanced {
+            self.nodes[node].watermark = wm;
+            self.propagate_watermark(node, wm);
+        }
+    }
+
+    /// Runs `node`'s operator on a batch arriving at `port`.
+    fn deliver(&mut self, node: usize, port: usize, batch: Batch) {
+        let rows = batch.len() as u64;
+        self.call(node, rows, |op, ctx| op.on_batch(port, batch, ctx));
+    }
+
+    /// Calls into `node`'s operator, measures it, and routes what it emits.
+    fn call(&mut self, node: usize, rows_in: u64, f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>)) {
+        let state = &mut self.nodes[node];
+        let Some(mut op) = state.op.take() else {
+            // An operator is never re-entered: the drain rule only reaches
+            // nodes downstream of the one running.
+            debug_assert!(false, "operator {} re-entered", state.component);
+            return;
+        };
+        let mut out = std::mem::take(&mut state.emitted);
+        let start = Instant::now();
+        let mut ctx = OpCtx {
+            out: &mut out,
+            component: &state.component,
+            metrics: &state.metrics,
+            dead_letter: &self.shared.dead_letter,
+            watermark: state.watermark,
+            blocked_ns: 0,
+        };
+        f(op.as_mut(), &mut ctx);
+        let blocked = ctx.blocked_ns;
+        let elapsed = start.elapsed().as_nanos() as u64;
+        let m = &state.metrics;
+        OpMetrics::add(&m.records_in, rows_in);
+        OpMetrics::add(&m.useful_ns, elapsed.saturating_sub(blocked));
+        OpMetrics::add(&m.blocked_ns, blocked);
+        OpMetrics::add(&m.records_out, out.iter().map(|(_, b)| b.len() as u64).sum());
+        state.op = Some(op);
+        state.emitted = out;
+        self.route_emitted(node);
+    }
+
+    /// Sends what `node` emitted along its routes.
+    fn route_emitted(&mut self, node: usize) {
+        let mut out = std::mem::take(&mut self.nodes[node].emitted);
+        for (port, batch) in out.drain(..) {
+            let n_routes = self.nodes[node].routes[port].len();
+            let mut batch = Some(batch);
+            for r in 0..n_routes {
+                let route = self.nodes[node].routes[port][r];
+                let b = if r + 1 == n_routes { batch.take().expect("moved once") } else { batch.clone().expect("present") };
+                match route {
+                    Route::Local { node: to, port } => self.deliver(to, port, b),
+                    Route::Exchange { edge } => self.exchange(node, edge, b),
+                }
+            }
+        }
+        // Keep the buffer's capacity unless a nested call put one back.
+        if self.nodes[node].emitted.is_empty() {
+            self.nodes[node].emitted = out;
+        }
+    }
+
+    /// Splits a batch by the worker owning each row's bin.
+    fn exchange(&mut self, from: usize, edge: usize, mut batch: Batch) {
+        let workers = self.shared.workers;
+        let (to, port) = (self.edges[edge].node, self.edges[edge].port);
+        let hashes = self.edges[edge].key.hash_rows(&batch, &mut self.key_scratch);
+        if workers == 1 {
+            batch.set_key_hash(hashes);
+            self.deliver(to, port, batch);
+            return;
+        }
+        let bins = self.shared.bins;
+        let mut rows = std::mem::take(&mut self.rows_by_worker);
+        rows.iter_mut().for_each(Vec::clear);
+        for (i, &h) in hashes.iter().enumerate() {
+            rows[self.shared.assignment[bin_of(h, bins) as usize] as usize].push(i as u32);
+        }
+        batch.set_key_hash(hashes);
+        let mut local = None;
+        for (w, picked) in rows.iter().enumerate() {
+            if picked.is_empty() {
+                continue;
+            }
+            let part = if picked.len() == batch.len() { batch.clone() } else { batch.take_rows(picked) };
+            if w == self.id {
+                local = Some(part);
+            } else {
+                self.send(from, edge, w, Body::Batch(part));
+            }
+        }
+        self.rows_by_worker = rows;
+        if let Some(part) = local {
+            self.deliver(to, port, part);
+        }
+    }
+
+    /// Sends on an exchange channel; while it is full, drains this worker's
+    /// inboxes downstream of the edge (see the module comment).
+    fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
+        let mut msg = Message { from: self.id as u32, body };
+        let mut blocked_since: Option<Instant> = None;
+        loop {
+            match self.edges[edge].senders[to].try_send(msg) {
+                Ok(()) => break,
+                Err(flume::TrySendError::Disconnected(_)) => return, // that worker failed; the run is failing
+                Err(flume::TrySendError::Full(m)) => msg = m,
+            }
+            blocked_since.get_or_insert_with(Instant::now);
+            if self.shared.failed.load(Relaxed) {
+                return;
+            }
+            let edge_node = self.edges[edge].node;
+            if !self.drain_inboxes(edge_node) {
+                std::thread::park_timeout(BLOCKED_PARK);
+            }
+        }
+        self.shared.threads.get().expect("threads are registered before work starts")[to].unpark();
+        if let Some(since) = blocked_since {
+            OpMetrics::add(&self.nodes[from].metrics.blocked_ns, since.elapsed().as_nanos() as u64);
+        }
+    }
+
+    /// Handles waiting messages of exchanges into nodes `>= min_node`;
+    /// returns whether there were any.
+    fn drain_inboxes(&mut self, min_node: usize) -> bool {
+        let mut any = false;
+        for i in 0..self.drain_order.len() {
+            let edge = self.drain_order[i];
+            if self.edges[edge].node < min_node {
+                continue;
+            }
+            for _ in 0..DRAIN_BATCH {
+                let Ok(msg) = self.edges[edge].inbox.try_recv() else { break };
+                any = true;
+                // The sender may be parked waiting for this space.
+                let sender = msg.from as usize;
+                if self.edges[edge].inbox.len() + 1 >= self.shared.channel_capacity {
+                    self.shared.threads.get().expect("registered")[sender].unpark();
+                }
+                let (node, port) = (self.edges[edge].node, self.edges[edge].port);
+                match msg.body {
+                    Body::Batch(b) => self.deliver(node, port, b),
+                    Body::Watermark(wm) => self.input_watermark(node, port, sender, wm),
+                    Body::End => self.input_end(node, port, sender),
+                }
+            }
+        }
+        any
+    }
+
+    /// A sender's watermark on `(node, port)` advanced.
+    fn input_watermark(&mut self, node: usize, port: usize, sender: usize, wm: i64) {
+        let state = &mut self.nodes[node];
+        let slot = &mut state.ports[port].watermarks[sender];
+        if wm <= *slot {
+            return;
+        }
+        *slot = wm;
+        let min = state.ports.iter().flat_map(|p| p.watermarks.iter().copied()).min().unwrap_or(WATERMARK_END);
+        if min <= state.watermark {
+            return;
+        }
+        state.watermark = min;
+        self.call(node, 0, |op, ctx| op.on_watermark(min, ctx));
+        self.propagate_watermark(node, min);
+    }
+
+    fn propagate_watermark(&mut self, node: usize, wm: i64) {
+        self.for_each_route(node, |w, route| match route {
+            Route::Local { node: to, port } => w.input_watermark(to, port, 0, wm),
+            Route::Exchange { edge } => w.broadcast(node, edge, Body::Watermark(wm), |me, to, port| me.input_watermark(to, port, me.id, wm)),
+        });
+    }
+
+    /// A sender of `(node, port)` has no more data.
+    fn input_end(&mut self, node: usize, port: usize, sender: usize) {
+        if std::mem::replace(&mut self.nodes[node].ports[port].ended[sender], true) {
+            return;
+        }
+        // An ended input no longer holds the watermark back.
+        self.input_watermark(node, port, sender, WATERMARK_END);
+        if self.nodes[node].ports.iter().all(|p| p.ended.iter().all(|&e| e)) {
+            self.end_node(node);
+        }
+    }
+
+    /// Every input of `node` ended (or, for a source, the source did).
+    fn end_node(&mut self, node: usize) {
+        if std::mem::replace(&mut self.nodes[node].ended, true) {
+            return;
+        }
+        if self.nodes[node].op.is_some() {
+            self.call(node, 0, |op, ctx| op.on_end(ctx));
+        } else if self.nodes[node].watermark < WATERMARK_END {
+            // A source: its final watermark fires everything downstream.
+            self.nodes[node].watermark = WATERMARK_END;
+            self.propagate_watermark(node, WATERMARK_END);
+        }
+        self.for_each_route(node, |w, route| match route {
+            Route::Local { node: to, port } => w.input_end(to, port, 0),
+            Route::Exchange { edge } => w.broadcast(node, edge, Body::End, |me, to, port| me.input_end(to, port, me.id)),
+        });
+    }
+
+    fn for_each_route(&mut self, node: usize, mut f: impl FnMut(&mut Self, Route)) {
+        for port in 0..self.nodes[node].routes.len() {
+            for r in 0..self.nodes[node].routes[port].len() {
+                let route = self.nodes[node].routes[port][r];
+                f(self, route);
+            }
+        }
+    }
+
+    /// Sends a control message on `edge` to every other worker, and applies
+    /// it to this worker's instance with `local`.
+    fn broadcast(&mut self, from: usize, edge: usize, body: Body, local: impl FnOnce(&mut Self, usize, usize)) {
+        for w in 0..self.shared.workers {
+            if w != self.id {
+                let b = match &body {
+                    Body::Watermark(x) => Body::Watermark(*x),
+                    Body::End => Body::End,
+                    Body::Batch(_) => unreachable!("only control messages are broadcast"),
+                };
+                self.send(from, edge, w, b);
+            }
+        }
+        let (to, port) = (self.edges[edge].node, self.edges[edge].port);
+        local(self, to, port);
+    }
+}
+
+fn min_time(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}

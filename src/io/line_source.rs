@@ -1,0 +1,222 @@
+//! `file` and `stdin` sources: a reader thread splits the input into lines,
+//! decodes them into batches and hands the batches to the owning worker
+//! through a bounded channel (so a slow pipeline slows the reader, and a
+//! blocking read never blocks a worker).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::thread::Thread;
+use std::time::Duration;
+
+use crate::data::{Batch, BatchBuilder};
+use crate::exec::clock::now_ns;
+use crate::exec::metrics::OpMetrics;
+use crate::exec::operator::{SourcePoll, SourceTask};
+use crate::io::codec::Decoder;
+use crate::io::dead_letter::DeadLetter;
+use crate::plan::LineSourcePlan;
+
+/// The worker side: batches from the reader thread.
+pub(crate) struct LineSource {
+    rx: flume::Receiver<Batch>,
+}
+
+impl SourceTask for LineSource {
+    fn poll(&mut self, stop: bool) -> SourcePoll {
+        if stop {
+            return SourcePoll::Ended;
+        }
+        match self.rx.try_recv() {
+            Ok(b) => SourcePoll::Batch(b),
+            Err(flume::TryRecvError::Empty) => SourcePoll::Pending(None),
+            Err(flume::TryRecvError::Disconnected) => SourcePoll::Ended,
+        }
+    }
+}
+
+/// The channel from a reader thread to its worker.
+pub(crate) fn line_channel(capacity: usize) -> (flume::Sender<Batch>, LineSource) {
+    let (tx, rx) = flume::bounded(capacity);
+    (tx, LineSource { rx })
+}
+
+/// Everything the reader thread needs.
+pub(crate) struct LineReaderArgs {
+    pub(crate) component: String,
+    pub(crate) plan: Arc<LineSourcePlan>,
+    pub(crate) input: Box<dyn Read + Send>,
+    pub(crate) batch_size: usize,
+    pub(crate) tx: flume::Sender<Batch>,
+    pub(crate) worker: Thread,
+    pub(crate) dead_letter: Arc<DeadLetter>,
+    pub(crate) metrics: Arc<OpMetrics>,
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Called with a message when the input cannot be read at all.
+    pub(crate) fail: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+/// Opens the input of a line source (the file, or stdin).
+pub(crate) fn open_input(plan: &LineSourcePlan) -> std::io::Result<Box<dyn Read + Send>> {
+    match &plan.path {
+        Some(p) => Ok(Box::new(File::open(p)?)),
+        None => Ok(Box::new(std::io::stdin())),
+    }
+}
+
+/// Starts the reader thread.
+pub(crate) fn spawn_line_reader(args: LineReaderArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let name = format!("eddy-read-{}", args.component);
+    std::thread::Builder::new().name(name).spawn(move || LineReader::new(args).run())
+}
+
+struct LineReader {
+    args: LineReaderArgs,
+    tx: flume::Sender<Batch>,
+    decoder: Decoder,
+    builder: BatchBuilder,
+    /// Bytes of an unfinished last line, carried to the next read.
+    pending: Vec<u8>,
+    line: u64,
+    /// Byte offset of the start of the next line.
+    offset: u64,
+}
+
+const READ_CHUNK: usize = 64 * 1024;
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+impl LineReader {
+    fn new(args: LineReaderArgs) -> LineReader {
+        let tx = args.tx.clone();
+        let decoder = Decoder::new(args.plan.format, args.plan.schema.clone(), args.plan.event_time);
+        let builder = BatchBuilder::new(args.plan.schema.clone(), args.batch_size, args.plan.event_time.is_some());
+        LineReader { args, tx, decoder, builder, pending: Vec::new(), line: 0, offset: 0 }
+    }
+
+    fn run(mut self) {
+        let mut input = std::mem::replace(&mut self.args.input, Box::new(std::io::empty()));
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            if self.args.stop.load(Relaxed) {
+                return;
+            }
+            let n = match input.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    (self.args.fail)(format!("sources.{}: cannot read {}: {e}", self.args.component, self.input_name()));
+                    return;
+                }
+            };
+            if n == 0 {
+                if self.args.plan.follow {
+                    if !self.flush() {
+                        return;
+                    }
+                    match self.wait_for_growth(&mut input) {
+                        Some(reopened) => input = reopened,
+                        None => continue,
+                    }
+                    continue;
+                }
+                // End of input: a last line without a newline still counts.
+                if !self.pending.is_empty() {
+                    let last = std::mem::take(&mut self.pending);
+                    self.line_done(&last);
+                }
+                self.flush();
+                return;
+            }
+            if !self.split_lines(&buf[..n]) {
+                return;
+            }
+            // A short read means the input has nothing more right now: send
+            // what we have instead of waiting to fill a batch.
+            if n < buf.len() && !self.flush() {
+                return;
+            }
+        }
+    }
+
+    fn input_name(&self) -> String {
+        self.args.plan.path.as_ref().map_or("stdin".to_string(), |p| p.display().to_string())
+    }
+
+    /// Decodes every complete line in `chunk`; returns false if the
+    /// pipeline is gone.
+    fn split_lines(&mut self, mut chunk: &[u8]) -> bool {
+        while let Some(nl) = memchr::memchr(b'\n', chunk) {
+            let line_bytes = &chunk[..nl];
+            if self.pending.is_empty() {
+                self.line_done(line_bytes);
+            } else {
+                let mut whole = std::mem::take(&mut self.pending);
+                whole.extend_from_slice(line_bytes);
+                self.line_done(&whole);
+            }
+            self.offset += 1; // the newline
+            chunk = &chunk[nl + 1..];
+            if self.builder.len() >= self.args.batch_size && !self.flush() {
+                return false;
+            }
+        }
+        self.pending.extend_from_slice(chunk);
+        true
+    }
+
+    fn line_done(&mut self, raw: &[u8]) {
+        self.line += 1;
+        let start = self.offset;
+        self.offset += raw.len() as u64;
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if self.decoder.needs_header() {
+            if let Err(reason) = self.decoder.header(line) {
+                (self.args.fail)(format!("sources.{}: {}:{}: bad CSV header: {reason}", self.args.component, self.input_name(), self.line));
+                self.args.stop.store(true, Relaxed);
+            }
+            return;
+        }
+        if let Err(reason) = self.decoder.decode(line, &mut self.builder, now_ns()) {
+            OpMetrics::add(&self.args.metrics.errors, 1);
+            let path = self.args.plan.path.as_deref();
+            self.args.dead_letter.record_line(&self.args.component, path, self.line, start, &reason, line);
+        }
+    }
+
+    /// Sends the rows decoded so far; returns false if the pipeline is gone.
+    fn flush(&mut self) -> bool {
+        if self.builder.is_empty() {
+            return true;
+        }
+        let batch = self.builder.take();
+        let ok = self.tx.send(batch).is_ok();
+        self.args.worker.unpark();
+        ok
+    }
+
+    /// `follow = true` at the end of the file: wait until it grows. A file
+    /// that got shorter was truncated or replaced, so read it again from
+    /// the start. Returns a new input when the file was reopened.
+    fn wait_for_growth(&mut self, _current: &mut Box<dyn Read + Send>) -> Option<Box<dyn Read + Send>> {
+        std::thread::sleep(FOLLOW_POLL);
+        let path = self.args.plan.path.clone()?;
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let consumed = self.offset + self.pending.len() as u64;
+        if len >= consumed {
+            return None;
+        }
+        tracing::warn!(source = %self.args.component, path = %path.display(), "the followed file got shorter; reading it again from the start");
+        let mut f = File::open::<&PathBuf>(&path).ok()?;
+        f.seek(SeekFrom::Start(0)).ok()?;
+        self.pending.clear();
+        self.offset = 0;
+        self.line = 0;
+        self.decoder = Decoder::new(self.args.plan.format, self.args.plan.schema.clone(), self.args.plan.event_time);
+        Some(Box::new(f))
+    }
+}

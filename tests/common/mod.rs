@@ -1,0 +1,131 @@
+//! Shared helpers for the integration tests: run the real `eddy` binary on
+//! real files and compare outputs as multisets.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub fn eddy() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_eddy"));
+    c.env_remove("RUST_LOG").env_remove("STATE_DIRECTORY");
+    c
+}
+
+/// A scratch directory removed at the end of the test.
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, contents).expect("write");
+        p
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+}
+
+/// Runs `eddy run` on a config file; panics with its output if it fails.
+pub fn run_ok(config: &Path) -> Output {
+    let out = eddy().arg("run").arg(config).stdin(Stdio::null()).output().expect("spawn eddy");
+    assert!(
+        out.status.success(),
+        "eddy run {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        config.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Parses JSON lines.
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}"))).collect()
+}
+
+/// Rows as sorted canonical strings: equal multisets give equal vectors.
+pub fn multiset(rows: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let sorted: BTreeMap<&String, &Value> = r.as_object().expect("object").iter().collect();
+            serde_json::to_string(&sorted).expect("serialise")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A small deterministic RNG (xorshift64*), so inputs are reproducible
+/// from their seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Whether two JSON numbers agree (floats to a relative 1e-9).
+pub fn close(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            if let (Some(x), Some(y)) = (x.as_i64(), y.as_i64()) {
+                return x == y;
+            }
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
+        }
+        _ => a == b,
+    }
+}
+
+/// Asserts two sets of rows agree, matching rows by `key_fields` and
+/// comparing every field with [`close`].
+pub fn assert_rows_match(got: &[Value], expected: &[Value], key_fields: &[&str], what: &str) {
+    let key = |r: &Value| -> String { key_fields.iter().map(|k| r[*k].to_string()).collect::<Vec<_>>().join("|") };
+    let mut got_by: BTreeMap<String, &Value> = BTreeMap::new();
+    for r in got {
+        assert!(got_by.insert(key(r), r).is_none(), "{what}: duplicate output row for {}: {r}", key(r));
+    }
+    let exp_by: BTreeMap<String, &Value> = expected.iter().map(|r| (key(r), r)).collect();
+    let missing: Vec<&String> = exp_by.keys().filter(|k| !got_by.contains_key(*k)).take(5).collect();
+    let extra: Vec<&String> = got_by.keys().filter(|k| !exp_by.contains_key(*k)).take(5).collect();
+    assert!(missing.is_empty() && extra.is_empty(), "{what}: rows differ; missing {missing:?}, extra {extra:?} (got {}, expected {})", got.len(), expected.len());
+    for (k, e) in &exp_by {
+        let g = got_by[k];
+        for (field, ev) in e.as_object().unwrap() {
+            assert!(close(&g[field], ev), "{what}: row {k}: field {field}: got {}, expected {ev}", g[field]);
+        }
+        assert_eq!(g.as_object().unwrap().len(), e.as_object().unwrap().len(), "{what}: row {k}: fields {g} vs {e}");
+    }
+}
