@@ -20,4 +20,7 @@ pub(crate) mod io;
 pub(crate) mod plan;
 
 #[cfg(feature = "std")]
-pub use daemon::api::{ComponentStats, LatencyPercentiles, RunReport, WcountReport, run_pipeline_file, run_pipeline_str, wcount, wcount_expected};
+pub use daemon::api::{
+    ComponentStats, LatencyPercentiles, RunReport, WcountReport, run_pipeline_file,
+    run_pipeline_str, wcount, wcount_expected,
+};

@@ -50,15 +50,37 @@ pub(crate) struct Diagnostics {
 
 impl Diagnostics {
     pub(crate) fn new(file: &str, text: &str) -> Diagnostics {
-        Diagnostics { file: file.to_string(), text: text.to_string(), ..Default::default() }
+        Diagnostics {
+            file: file.to_string(),
+            text: text.to_string(),
+            ..Default::default()
+        }
     }
 
-    pub(crate) fn error(&mut self, span: Range<usize>, context: &Context, message: impl Into<String>) {
-        self.errors.push(Diagnostic { span, context: context.clone(), message: message.into() });
+    pub(crate) fn error(
+        &mut self,
+        span: Range<usize>,
+        context: &Context,
+        message: impl Into<String>,
+    ) {
+        self.errors.push(Diagnostic {
+            span,
+            context: context.clone(),
+            message: message.into(),
+        });
     }
 
-    pub(crate) fn warning(&mut self, span: Range<usize>, context: &Context, message: impl Into<String>) {
-        self.warnings.push(Diagnostic { span, context: context.clone(), message: message.into() });
+    pub(crate) fn warning(
+        &mut self,
+        span: Range<usize>,
+        context: &Context,
+        message: impl Into<String>,
+    ) {
+        self.warnings.push(Diagnostic {
+            span,
+            context: context.clone(),
+            message: message.into(),
+        });
     }
 
     pub(crate) fn has_errors(&self) -> bool {
@@ -110,7 +132,10 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 
 /// The closest of `candidates` to `word`, if it is close enough to be a
 /// likely typo.
-pub(crate) fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (edit_distance(word, c), c))
@@ -125,7 +150,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + (ca != cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + (ca != cb) as usize)
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -147,7 +174,10 @@ mod tests {
 
     #[test]
     fn suggestions_catch_typos_only() {
-        assert_eq!(suggest("conditon", ["condition", "inputs"]), Some("condition"));
+        assert_eq!(
+            suggest("conditon", ["condition", "inputs"]),
+            Some("condition")
+        );
         assert_eq!(suggest("zzz", ["condition", "inputs"]), None);
     }
 }

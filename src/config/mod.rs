@@ -12,15 +12,23 @@ pub(crate) use model::*;
 pub(crate) use table::parse_duration;
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
-pub(crate) fn suggest_name<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    diag::suggest(word, candidates).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default()
+pub(crate) fn suggest_name<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> String {
+    diag::suggest(word, candidates)
+        .map(|c| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
 }
 
 /// Reads and checks a pipeline file's text. Returns the config (whose
 /// components with errors are [`Spec::Invalid`]) and all diagnostics.
 pub(crate) fn parse(file: &str, text: &str) -> (Config, Diagnostics) {
     let (config, mut d) = read::read(file, text);
-    if d.errors.iter().any(|e| e.message.starts_with("invalid TOML")) {
+    if d.errors
+        .iter()
+        .any(|e| e.message.starts_with("invalid TOML"))
+    {
         return (config, d);
     }
     validate::check_graph(&config, &mut d);

@@ -83,14 +83,27 @@ pub(crate) enum Spec {
     Generator(GeneratorSource),
     File(FileSource),
     Stdin(StdinSource),
-    Filter { condition: Sp<String> },
-    Map { fields: Vec<(Sp<String>, Sp<String>)> },
-    Select { fields: Vec<Sp<String>> },
-    Drop { fields: Vec<Sp<String>> },
+    Filter {
+        condition: Sp<String>,
+    },
+    Map {
+        fields: Vec<(Sp<String>, Sp<String>)>,
+    },
+    Select {
+        fields: Vec<Sp<String>>,
+    },
+    Drop {
+        fields: Vec<Sp<String>>,
+    },
     Window(WindowConfig),
     Join(JoinConfig),
-    Stdout { format: Format },
-    FileSink { path: Sp<PathBuf>, format: Format },
+    Stdout {
+        format: Format,
+    },
+    FileSink {
+        path: Sp<PathBuf>,
+        format: Format,
+    },
     Blackhole,
     /// A component whose fields have errors (already reported).
     Invalid,

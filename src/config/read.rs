@@ -9,7 +9,9 @@ use super::model::*;
 use super::table::{TableReader, describe};
 use crate::data::DataType;
 use crate::io::codec::{Format, parse_rfc3339_ms};
-use crate::io::generator::{GeneratorKind, GeneratorSpec, NexmarkEvents, schema as generator_schema};
+use crate::io::generator::{
+    GeneratorKind, GeneratorSpec, NexmarkEvents, schema as generator_schema,
+};
 
 const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin"];
 const TRANSFORM_TYPES: &[&str] = &["filter", "map", "select", "drop", "window", "join"];
@@ -22,9 +24,16 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     let (root, syntax_errors) = DeTable::parse_recoverable(text);
     for e in &syntax_errors {
         let span = e.span().unwrap_or(0..0);
-        d.error(span, &Context::default(), format!("invalid TOML: {}", e.message().trim()));
+        d.error(
+            span,
+            &Context::default(),
+            format!("invalid TOML: {}", e.message().trim()),
+        );
     }
-    let mut config = Config { node: default_node(), components: Vec::new() };
+    let mut config = Config {
+        node: default_node(),
+        components: Vec::new(),
+    };
     if !syntax_errors.is_empty() {
         return (config, d);
     }
@@ -35,41 +44,79 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
         config.node = read_node(&mut d, node);
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
-        let Some(v) = top.raw(section.table()) else { continue };
+        let Some(v) = top.raw(section.table()) else {
+            continue;
+        };
         let DeValue::Table(t) = v.get_ref() else {
-            d.error(v.span(), &Context::default(), format!("`{}` must be a table of components, found {}", section.table(), describe(v.get_ref())));
+            d.error(
+                v.span(),
+                &Context::default(),
+                format!(
+                    "`{}` must be a table of components, found {}",
+                    section.table(),
+                    describe(v.get_ref())
+                ),
+            );
             continue;
         };
         for (id, body) in t.iter() {
             let id = Sp::new(id.get_ref().to_string(), id.span());
             let qualified = format!("{}.{}", section.table(), id.value);
             let DeValue::Table(body_table) = body.get_ref() else {
-                d.error(body.span(), &Context { component: Some(qualified), field: None }, "expected a table such as `[sources.NAME]` with a `type`");
+                d.error(
+                    body.span(),
+                    &Context {
+                        component: Some(qualified),
+                        field: None,
+                    },
+                    "expected a table such as `[sources.NAME]` with a `type`",
+                );
                 continue;
             };
             check_id(&mut d, &id, &qualified);
             let reader = TableReader::new(body_table, id.span.clone(), Some(qualified));
-            config.components.push(read_component(&mut d, section, id, reader));
+            config
+                .components
+                .push(read_component(&mut d, section, id, reader));
         }
     }
     top.finish(&mut d, "a pipeline file");
     if !d.has_errors() && config.components.is_empty() {
-        d.error(0..0, &Context::default(), "the pipeline has no components; add at least one source and one sink");
+        d.error(
+            0..0,
+            &Context::default(),
+            "the pipeline has no components; add at least one source and one sink",
+        );
     }
     (config, d)
 }
 
 fn check_id(d: &mut Diagnostics, id: &Sp<String>, qualified: &str) {
-    let ok = !id.value.is_empty() && id.value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = !id.value.is_empty()
+        && id
+            .value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !ok {
-        d.error(id.span.clone(), &Context { component: Some(qualified.to_string()), field: None }, "component ids may only use letters, digits, `_` and `-`");
+        d.error(
+            id.span.clone(),
+            &Context {
+                component: Some(qualified.to_string()),
+                field: None,
+            },
+            "component ids may only use letters, digits, `_` and `-`",
+        );
     }
 }
 
 fn default_node() -> NodeConfig {
-    let data_dir = std::env::var_os("STATE_DIRECTORY").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("eddy-data"));
+    let data_dir = std::env::var_os("STATE_DIRECTORY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("eddy-data"));
     NodeConfig {
-        name: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "eddy".into()),
+        name: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "eddy".into()),
         dead_letter: data_dir.join("dead_letter.jsonl"),
         data_dir,
         workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -95,7 +142,14 @@ fn read_node(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> NodeConfig {
         if (b.value as u64).is_power_of_two() {
             node.bins = b.value as u32;
         } else {
-            d.error(b.span, &t.ctx("bins"), format!("must be a power of two (such as 64, 256 or 1024), not {}", b.value));
+            d.error(
+                b.span,
+                &t.ctx("bins"),
+                format!(
+                    "must be a power of two (such as 64, 256 or 1024), not {}",
+                    b.value
+                ),
+            );
         }
     }
     if let Some(p) = t.string(d, "dead_letter") {
@@ -113,7 +167,12 @@ fn read_node(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> NodeConfig {
 
 /// Reads one component. One with errors is kept as [`Spec::Invalid`] so
 /// that references to it are not reported as unknown as well.
-fn read_component(d: &mut Diagnostics, section: Section, id: Sp<String>, mut t: TableReader<'_, '_>) -> Component {
+fn read_component(
+    d: &mut Diagnostics,
+    section: Section,
+    id: Sp<String>,
+    mut t: TableReader<'_, '_>,
+) -> Component {
     let (types, what) = match section {
         Section::Source => (SOURCE_TYPES, "source"),
         Section::Transform => (TRANSFORM_TYPES, "transform"),
@@ -123,7 +182,11 @@ fn read_component(d: &mut Diagnostics, section: Section, id: Sp<String>, mut t: 
         t.choice(d, "type", types)
     } else {
         t.raw("type");
-        d.error(t.span(), &t.ctx("type"), format!("missing field `type`; {what} types: {}", types.join(", ")));
+        d.error(
+            t.span(),
+            &t.ctx("type"),
+            format!("missing field `type`; {what} types: {}", types.join(", ")),
+        );
         None
     };
     let (inputs, inputs_span) = if section == Section::Source {
@@ -140,12 +203,23 @@ fn read_component(d: &mut Diagnostics, section: Section, id: Sp<String>, mut t: 
         }
     } else {
         t.raw("inputs");
-        d.error(t.span(), &t.ctx("inputs"), "missing field `inputs`: the ids of the components that feed this one");
+        d.error(
+            t.span(),
+            &t.ctx("inputs"),
+            "missing field `inputs`: the ids of the components that feed this one",
+        );
         (Vec::new(), t.span())
     };
     let Some(type_name) = type_name else {
         // Without a type the other fields cannot be checked; say only that.
-        return Component { section, type_name: Sp::new(String::new(), id.span.clone()), id, inputs, inputs_span, spec: Spec::Invalid };
+        return Component {
+            section,
+            type_name: Sp::new(String::new(), id.span.clone()),
+            id,
+            inputs,
+            inputs_span,
+            spec: Spec::Invalid,
+        };
     };
     let type_name = Sp::new(type_name.value.to_string(), type_name.span);
     let errors_before = d.errors.len();
@@ -153,15 +227,27 @@ fn read_component(d: &mut Diagnostics, section: Section, id: Sp<String>, mut t: 
         (Section::Source, "generator") => read_generator(d, &mut t).map(Spec::Generator),
         (Section::Source, "file") => read_file_source(d, &mut t).map(Spec::File),
         (Section::Source, "stdin") => read_stdin(d, &mut t).map(Spec::Stdin),
-        (Section::Transform, "filter") => t.required_string(d, "condition").map(|condition| Spec::Filter { condition }),
+        (Section::Transform, "filter") => t
+            .required_string(d, "condition")
+            .map(|condition| Spec::Filter { condition }),
         (Section::Transform, "map") => read_map(d, &mut t),
-        (Section::Transform, "select") => read_field_list(d, &mut t).map(|fields| Spec::Select { fields }),
-        (Section::Transform, "drop") => read_field_list(d, &mut t).map(|fields| Spec::Drop { fields }),
+        (Section::Transform, "select") => {
+            read_field_list(d, &mut t).map(|fields| Spec::Select { fields })
+        }
+        (Section::Transform, "drop") => {
+            read_field_list(d, &mut t).map(|fields| Spec::Drop { fields })
+        }
         (Section::Transform, "window") => read_window(d, &mut t).map(Spec::Window),
-        (Section::Transform, "join") => read_join(d, &mut t, &inputs, inputs_span.clone()).map(Spec::Join),
-        (Section::Sink, "stdout") => Some(Spec::Stdout { format: read_format(d, &mut t) }),
+        (Section::Transform, "join") => {
+            read_join(d, &mut t, &inputs, inputs_span.clone()).map(Spec::Join)
+        }
+        (Section::Sink, "stdout") => Some(Spec::Stdout {
+            format: read_format(d, &mut t),
+        }),
         (Section::Sink, "file") => {
-            let path = t.required_string(d, "path").map(|p| Sp::new(PathBuf::from(p.value), p.span));
+            let path = t
+                .required_string(d, "path")
+                .map(|p| Sp::new(PathBuf::from(p.value), p.span));
             let format = read_format(d, &mut t);
             path.map(|path| Spec::FileSink { path, format })
         }
@@ -169,8 +255,17 @@ fn read_component(d: &mut Diagnostics, section: Section, id: Sp<String>, mut t: 
         _ => unreachable!("type checked against the list above"),
     };
     t.finish(d, &format!("a {} {what}", type_name.value));
-    let spec = spec.filter(|_| d.errors.len() == errors_before).unwrap_or(Spec::Invalid);
-    Component { section, id, type_name, inputs, inputs_span, spec }
+    let spec = spec
+        .filter(|_| d.errors.len() == errors_before)
+        .unwrap_or(Spec::Invalid);
+    Component {
+        section,
+        id,
+        type_name,
+        inputs,
+        inputs_span,
+        spec,
+    }
 }
 
 fn read_format(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Format {
@@ -180,17 +275,35 @@ fn read_format(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Format {
     }
 }
 
-fn read_event_time(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, default_field: Option<&str>, default_delay_ms: i64) -> EventTime {
-    let field = t.string(d, "event_time").or_else(|| default_field.map(|f| Sp::new(f.to_string(), t.span())));
-    let delay = t.duration_ms(d, "max_out_of_orderness", true).map_or(default_delay_ms, |s| s.value);
-    EventTime { field, max_out_of_orderness_ms: delay }
+fn read_event_time(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    default_field: Option<&str>,
+    default_delay_ms: i64,
+) -> EventTime {
+    let field = t
+        .string(d, "event_time")
+        .or_else(|| default_field.map(|f| Sp::new(f.to_string(), t.span())));
+    let delay = t
+        .duration_ms(d, "max_out_of_orderness", true)
+        .map_or(default_delay_ms, |s| s.value);
+    EventTime {
+        field,
+        max_out_of_orderness_ms: delay,
+    }
 }
 
 fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<GeneratorSource> {
-    let kind = match t.choice(d, "schema", &["readings", "wcount", "nexmark"]).map(|s| s.value) {
+    let kind = match t
+        .choice(d, "schema", &["readings", "wcount", "nexmark"])
+        .map(|s| s.value)
+    {
         Some("wcount") => GeneratorKind::Wcount,
         Some("nexmark") => {
-            let events = match t.choice(d, "events", &["bid", "auction", "person"]).map(|s| s.value) {
+            let events = match t
+                .choice(d, "events", &["bid", "auction", "person"])
+                .map(|s| s.value)
+            {
                 Some("auction") => NexmarkEvents::Auction,
                 Some("person") => NexmarkEvents::Person,
                 _ => NexmarkEvents::Bid,
@@ -201,7 +314,11 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
     };
     if !matches!(kind, GeneratorKind::Nexmark(_)) && t.has("events") {
         let span = t.raw("events").map(|v| v.span()).unwrap_or_default();
-        d.error(span, &t.ctx("events"), "only a generator with schema = \"nexmark\" has `events`");
+        d.error(
+            span,
+            &t.ctx("events"),
+            "only a generator with schema = \"nexmark\" has `events`",
+        );
     }
     let mut spec = GeneratorSpec::defaults(kind);
     if let Some(seed) = t.integer(d, "seed", 0, i64::MAX) {
@@ -219,7 +336,11 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
         if kind == GeneratorKind::Readings {
             spec.disorder_ms = disorder.value;
         } else {
-            d.error(disorder.span, &t.ctx("disorder"), "only the readings schema has `disorder`");
+            d.error(
+                disorder.span,
+                &t.ctx("disorder"),
+                "only the readings schema has `disorder`",
+            );
         }
     }
     if let (Some(r), GeneratorKind::Readings | GeneratorKind::Nexmark(_)) = (rate, kind) {
@@ -233,16 +354,42 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
     if let Some(f) = &event_time.field {
         match schema.field(&f.value) {
             Some((i, field)) if field.ty == DataType::Int => spec.event_time_field = i,
-            Some((_, field)) => d.error(f.span.clone(), &t.ctx("event_time"), format!("`{}` is a {} field; event time must be an int field", f.value, field.ty)),
-            None => d.error(f.span.clone(), &t.ctx("event_time"), format!("no field `{}` in the generator's schema ({})", f.value, schema.describe())),
+            Some((_, field)) => d.error(
+                f.span.clone(),
+                &t.ctx("event_time"),
+                format!(
+                    "`{}` is a {} field; event time must be an int field",
+                    f.value, field.ty
+                ),
+            ),
+            None => d.error(
+                f.span.clone(),
+                &t.ctx("event_time"),
+                format!(
+                    "no field `{}` in the generator's schema ({})",
+                    f.value,
+                    schema.describe()
+                ),
+            ),
         }
     }
-    Some(GeneratorSource { spec, rate, count, event_time })
+    Some(GeneratorSource {
+        spec,
+        rate,
+        count,
+        event_time,
+    })
 }
 
 fn read_start(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<i64> {
     let v = t.raw("start")?;
-    let bad = |d: &mut Diagnostics| d.error(v.span(), &t.ctx("start"), "expected epoch milliseconds or an RFC 3339 time such as \"2026-01-01T00:00:00Z\"");
+    let bad = |d: &mut Diagnostics| {
+        d.error(
+            v.span(),
+            &t.ctx("start"),
+            "expected epoch milliseconds or an RFC 3339 time such as \"2026-01-01T00:00:00Z\"",
+        )
+    };
     match v.get_ref() {
         DeValue::Integer(i) => i.as_str().replace('_', "").parse().ok().or_else(|| {
             bad(d);
@@ -281,7 +428,14 @@ fn read_schema(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Schem
         };
         match parsed {
             Some(p) => fields.push((name, p)),
-            None => d.error(ty.span, &t.ctx("schema"), format!("field `{}`: unknown type `{}`; types: int, float, bool, string", name.value, ty.value)),
+            None => d.error(
+                ty.span,
+                &t.ctx("schema"),
+                format!(
+                    "field `{}`: unknown type `{}`; types: int, float, bool, string",
+                    name.value, ty.value
+                ),
+            ),
         }
     }
     if fields.is_empty() {
@@ -290,27 +444,53 @@ fn read_schema(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Schem
     Some(fields)
 }
 
-fn check_event_time_field(d: &mut Diagnostics, t: &TableReader<'_, '_>, schema: &SchemaDecl, et: &EventTime) {
+fn check_event_time_field(
+    d: &mut Diagnostics,
+    t: &TableReader<'_, '_>,
+    schema: &SchemaDecl,
+    et: &EventTime,
+) {
     let Some(f) = &et.field else { return };
     match schema.iter().find(|(n, _)| n.value == f.value) {
         Some((_, DataType::Int | DataType::Str)) => {}
-        Some((_, ty)) => d.error(f.span.clone(), &t.ctx("event_time"), format!("`{}` is a {ty} field; event time must be an int (epoch ms) or a string (RFC 3339)", f.value)),
+        Some((_, ty)) => d.error(
+            f.span.clone(),
+            &t.ctx("event_time"),
+            format!(
+                "`{}` is a {ty} field; event time must be an int (epoch ms) or a string (RFC 3339)",
+                f.value
+            ),
+        ),
         None => {
-            let hint = suggest(&f.value, schema.iter().map(|(n, _)| n.value.as_str())).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
-            d.error(f.span.clone(), &t.ctx("event_time"), format!("no field `{}` in `schema`{hint}", f.value))
+            let hint = suggest(&f.value, schema.iter().map(|(n, _)| n.value.as_str()))
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
+            d.error(
+                f.span.clone(),
+                &t.ctx("event_time"),
+                format!("no field `{}` in `schema`{hint}", f.value),
+            )
         }
     }
 }
 
 fn read_file_source(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<FileSource> {
-    let path = t.required_string(d, "path").map(|p| Sp::new(PathBuf::from(p.value), p.span));
+    let path = t
+        .required_string(d, "path")
+        .map(|p| Sp::new(PathBuf::from(p.value), p.span));
     let format = read_format(d, t);
     let follow = t.boolean(d, "follow").is_some_and(|b| b.value);
     let schema = read_schema(d, t);
     let event_time = read_event_time(d, t, None, 0);
     let schema = schema?;
     check_event_time_field(d, t, &schema, &event_time);
-    Some(FileSource { path: path?, format, schema, follow, event_time })
+    Some(FileSource {
+        path: path?,
+        format,
+        schema,
+        follow,
+        event_time,
+    })
 }
 
 fn read_stdin(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<StdinSource> {
@@ -319,26 +499,40 @@ fn read_stdin(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<StdinS
     let event_time = read_event_time(d, t, None, 0);
     let schema = schema?;
     check_event_time_field(d, t, &schema, &event_time);
-    Some(StdinSource { format, schema, event_time })
+    Some(StdinSource {
+        format,
+        schema,
+        event_time,
+    })
 }
 
 fn read_map(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Spec> {
     if !t.has("fields") {
         t.raw("fields");
-        d.error(t.span(), &t.ctx("fields"), "missing field `fields`, e.g. fields = { temp_f = \"temp * 9 / 5 + 32\" }");
+        d.error(
+            t.span(),
+            &t.ctx("fields"),
+            "missing field `fields`, e.g. fields = { temp_f = \"temp * 9 / 5 + 32\" }",
+        );
         return None;
     }
     let fields = t.string_table(d, "fields")?;
     if fields.value.is_empty() {
         d.error(fields.span.clone(), &t.ctx("fields"), "names no field");
     }
-    Some(Spec::Map { fields: fields.value })
+    Some(Spec::Map {
+        fields: fields.value,
+    })
 }
 
 fn read_field_list(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Vec<Sp<String>>> {
     if !t.has("fields") {
         t.raw("fields");
-        d.error(t.span(), &t.ctx("fields"), "missing field `fields`: a list of field names");
+        d.error(
+            t.span(),
+            &t.ctx("fields"),
+            "missing field `fields`: a list of field names",
+        );
         return None;
     }
     let list = t.string_list(d, "fields")?;
@@ -368,26 +562,40 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
         t.table(d, "window")
     } else {
         t.raw("window");
-        d.error(t.span(), &t.ctx("window"), "missing field `window`, e.g. window = { kind = \"tumbling\", size = \"10s\" }");
+        d.error(
+            t.span(),
+            &t.ctx("window"),
+            "missing field `window`, e.g. window = { kind = \"tumbling\", size = \"10s\" }",
+        );
         None
     };
     let mut w = window?;
     let kind = if w.has("kind") {
-        w.choice(d, "kind", &["tumbling", "hopping", "session"]).map(|k| k.value)
+        w.choice(d, "kind", &["tumbling", "hopping", "session"])
+            .map(|k| k.value)
     } else {
         w.raw("kind");
-        d.error(w.span(), &w.ctx("window.kind"), "missing field `kind`: tumbling, hopping or session");
+        d.error(
+            w.span(),
+            &w.ctx("window.kind"),
+            "missing field `kind`: tumbling, hopping or session",
+        );
         None
     };
-    let mut need = |w: &mut TableReader<'_, '_>, d: &mut Diagnostics, key: &'static str| -> Option<i64> {
-        if w.has(key) {
-            w.duration_ms(d, key, false).map(|v| v.value)
-        } else {
-            w.raw(key);
-            d.error(w.span(), &w.ctx(&format!("window.{key}")), format!("missing field `{key}` for this window kind"));
-            None
-        }
-    };
+    let mut need =
+        |w: &mut TableReader<'_, '_>, d: &mut Diagnostics, key: &'static str| -> Option<i64> {
+            if w.has(key) {
+                w.duration_ms(d, key, false).map(|v| v.value)
+            } else {
+                w.raw(key);
+                d.error(
+                    w.span(),
+                    &w.ctx(&format!("window.{key}")),
+                    format!("missing field `{key}` for this window kind"),
+                );
+                None
+            }
+        };
     let kind = match kind {
         Some("tumbling") => need(&mut w, d, "size").map(|size_ms| WindowKind::Tumbling { size_ms }),
         Some("hopping") => {
@@ -395,7 +603,11 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
             let slide = need(&mut w, d, "slide");
             match (size, slide) {
                 (Some(size_ms), Some(slide_ms)) if slide_ms > size_ms => {
-                    d.error(w.span(), &w.ctx("window.slide"), "a hopping window's `slide` must not be longer than its `size`");
+                    d.error(
+                        w.span(),
+                        &w.ctx("window.slide"),
+                        "a hopping window's `slide` must not be longer than its `size`",
+                    );
                     None
                 }
                 (Some(size_ms), Some(slide_ms)) if size_ms / slide_ms > 1000 => {
@@ -409,14 +621,34 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
         Some("session") => need(&mut w, d, "gap").map(|gap_ms| WindowKind::Session { gap_ms }),
         _ => None,
     };
-    let allowed_lateness_ms = w.duration_ms(d, "allowed_lateness", true).map_or(0, |v| v.value);
+    let allowed_lateness_ms = w
+        .duration_ms(d, "allowed_lateness", true)
+        .map_or(0, |v| v.value);
     w.finish(d, "`window`");
-    Some(WindowConfig { key, kind: kind?, allowed_lateness_ms, aggregates: aggregates?, late_output })
+    Some(WindowConfig {
+        key,
+        kind: kind?,
+        allowed_lateness_ms,
+        aggregates: aggregates?,
+        late_output,
+    })
 }
 
-fn read_join(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, inputs: &[Sp<String>], inputs_span: std::ops::Range<usize>) -> Option<JoinConfig> {
+fn read_join(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    inputs: &[Sp<String>],
+    inputs_span: std::ops::Range<usize>,
+) -> Option<JoinConfig> {
     if inputs.len() != 2 && !inputs.is_empty() {
-        d.error(inputs_span, &t.ctx("inputs"), format!("a join takes exactly two inputs (left, right), found {}", inputs.len()));
+        d.error(
+            inputs_span,
+            &t.ctx("inputs"),
+            format!(
+                "a join takes exactly two inputs (left, right), found {}",
+                inputs.len()
+            ),
+        );
     }
     let on = t.string_list(d, "on");
     let left_on = t.string_list(d, "left_on");
@@ -425,16 +657,32 @@ fn read_join(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, inputs: &[Sp<Stri
         (Some(on), None, None) => (on.value.clone(), on.value),
         (None, Some(l), Some(r)) => {
             if l.value.len() != r.value.len() {
-                d.error(r.span.clone(), &t.ctx("right_on"), format!("`left_on` has {} fields but `right_on` has {}", l.value.len(), r.value.len()));
+                d.error(
+                    r.span.clone(),
+                    &t.ctx("right_on"),
+                    format!(
+                        "`left_on` has {} fields but `right_on` has {}",
+                        l.value.len(),
+                        r.value.len()
+                    ),
+                );
             }
             (l.value, r.value)
         }
         (Some(on), _, _) => {
-            d.error(on.span, &t.ctx("on"), "give either `on` or both `left_on` and `right_on`, not both");
+            d.error(
+                on.span,
+                &t.ctx("on"),
+                "give either `on` or both `left_on` and `right_on`, not both",
+            );
             return None;
         }
         _ => {
-            d.error(t.span(), &t.ctx("on"), "missing join keys: `on = [\"key\"]`, or `left_on` and `right_on`");
+            d.error(
+                t.span(),
+                &t.ctx("on"),
+                "missing join keys: `on = [\"key\"]`, or `left_on` and `right_on`",
+            );
             return None;
         }
     };
@@ -448,7 +696,11 @@ fn read_join(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, inputs: &[Sp<Stri
         (None, Some(mut w)) => {
             let kind = w.choice(d, "kind", &["tumbling"]);
             if kind.is_none() && !w.has("kind") {
-                d.error(w.span(), &w.ctx("window.kind"), "missing field `kind`; a join window is \"tumbling\"");
+                d.error(
+                    w.span(),
+                    &w.ctx("window.kind"),
+                    "missing field `kind`; a join window is \"tumbling\"",
+                );
             }
             let size = if w.has("size") {
                 w.duration_ms(d, "size", false)
@@ -461,13 +713,25 @@ fn read_join(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, inputs: &[Sp<Stri
             size.map(|s| JoinMode::Tumbling { size_ms: s.value })
         }
         (Some(w), Some(_)) => {
-            d.error(w.span, &t.ctx("within"), "give either `within` (interval join) or `window` (tumbling window join), not both");
+            d.error(
+                w.span,
+                &t.ctx("within"),
+                "give either `within` (interval join) or `window` (tumbling window join), not both",
+            );
             None
         }
         (None, None) => {
-            d.error(t.span(), &t.ctx("window"), "missing `window = { kind = \"tumbling\", size = \"10s\" }` or `within = \"5s\"`");
+            d.error(
+                t.span(),
+                &t.ctx("window"),
+                "missing `window = { kind = \"tumbling\", size = \"10s\" }` or `within = \"5s\"`",
+            );
             None
         }
     };
-    Some(JoinConfig { left_on, right_on, mode: mode? })
+    Some(JoinConfig {
+        left_on,
+        right_on,
+        mode: mode?,
+    })
 }

@@ -19,8 +19,20 @@ pub(crate) struct TableReader<'a, 'i> {
 }
 
 impl<'a, 'i> TableReader<'a, 'i> {
-    pub(crate) fn new(table: &'a DeTable<'i>, span: Range<usize>, component: Option<String>) -> Self {
-        TableReader { table, span, context: Context { component, field: None }, known: Vec::new() }
+    pub(crate) fn new(
+        table: &'a DeTable<'i>,
+        span: Range<usize>,
+        component: Option<String>,
+    ) -> Self {
+        TableReader {
+            table,
+            span,
+            context: Context {
+                component,
+                field: None,
+            },
+            known: Vec::new(),
+        }
     }
 
     pub(crate) fn span(&self) -> Range<usize> {
@@ -29,7 +41,10 @@ impl<'a, 'i> TableReader<'a, 'i> {
 
     /// The context for errors about `field` of this table.
     pub(crate) fn ctx(&self, field: &str) -> Context {
-        Context { component: self.context.component.clone(), field: Some(field.to_string()) }
+        Context {
+            component: self.context.component.clone(),
+            field: Some(field.to_string()),
+        }
     }
 
     pub(crate) fn component_ctx(&self) -> Context {
@@ -47,7 +62,11 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     fn wrong_type(&self, d: &mut Diagnostics, key: &str, v: &Spanned<DeValue<'_>>, expected: &str) {
-        d.error(v.span(), &self.ctx(key), format!("expected {expected}, found {}", describe(v.get_ref())));
+        d.error(
+            v.span(),
+            &self.ctx(key),
+            format!("expected {expected}, found {}", describe(v.get_ref())),
+        );
     }
 
     pub(crate) fn string(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<Sp<String>> {
@@ -61,32 +80,63 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub(crate) fn required_string(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<Sp<String>> {
+    pub(crate) fn required_string(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+    ) -> Option<Sp<String>> {
         if !self.has(key) {
             self.known.push(key);
-            d.error(self.span(), &self.ctx(key), format!("missing field `{key}`"));
+            d.error(
+                self.span(),
+                &self.ctx(key),
+                format!("missing field `{key}`"),
+            );
             return None;
         }
         self.string(d, key)
     }
 
     /// A string that must be one of `choices`.
-    pub(crate) fn choice(&mut self, d: &mut Diagnostics, key: &'static str, choices: &[&'static str]) -> Option<Sp<&'static str>> {
+    pub(crate) fn choice(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+        choices: &[&'static str],
+    ) -> Option<Sp<&'static str>> {
         let s = self.string(d, key)?;
         match choices.iter().find(|c| **c == s.value) {
             Some(c) => Some(Sp::new(*c, s.span)),
             None => {
-                let hint = suggest(&s.value, choices.iter().copied()).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
-                d.error(s.span, &self.ctx(key), format!("unknown value `{}`{hint}; expected one of: {}", s.value, choices.join(", ")));
+                let hint = suggest(&s.value, choices.iter().copied())
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                d.error(
+                    s.span,
+                    &self.ctx(key),
+                    format!(
+                        "unknown value `{}`{hint}; expected one of: {}",
+                        s.value,
+                        choices.join(", ")
+                    ),
+                );
                 None
             }
         }
     }
 
-    pub(crate) fn integer(&mut self, d: &mut Diagnostics, key: &'static str, min: i64, max: i64) -> Option<Sp<i64>> {
+    pub(crate) fn integer(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+        min: i64,
+        max: i64,
+    ) -> Option<Sp<i64>> {
         let v = self.raw(key)?;
         let parsed = match v.get_ref() {
-            DeValue::Integer(i) => i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok(),
+            DeValue::Integer(i) => {
+                i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok()
+            }
             _ => {
                 self.wrong_type(d, key, v, "an integer");
                 return None;
@@ -95,7 +145,11 @@ impl<'a, 'i> TableReader<'a, 'i> {
         match parsed {
             Some(n) if (min..=max).contains(&n) => Some(Sp::new(n, v.span())),
             _ => {
-                d.error(v.span(), &self.ctx(key), format!("must be an integer from {min} to {max}"));
+                d.error(
+                    v.span(),
+                    &self.ctx(key),
+                    format!("must be an integer from {min} to {max}"),
+                );
                 None
             }
         }
@@ -113,7 +167,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// A duration written as a string such as `"10s"` or `"250ms"`, in ms.
-    pub(crate) fn duration_ms(&mut self, d: &mut Diagnostics, key: &'static str, allow_zero: bool) -> Option<Sp<i64>> {
+    pub(crate) fn duration_ms(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+        allow_zero: bool,
+    ) -> Option<Sp<i64>> {
         let v = self.raw(key)?;
         let DeValue::String(s) = v.get_ref() else {
             self.wrong_type(d, key, v, "a duration string such as \"10s\" or \"250ms\"");
@@ -129,19 +188,31 @@ impl<'a, 'i> TableReader<'a, 'i> {
                 None
             }
             Ok(dur) if dur.subsec_nanos() % 1_000_000 != 0 => {
-                d.error(v.span(), &self.ctx(key), "event time has millisecond resolution; use whole milliseconds");
+                d.error(
+                    v.span(),
+                    &self.ctx(key),
+                    "event time has millisecond resolution; use whole milliseconds",
+                );
                 None
             }
             Ok(dur) => Some(Sp::new(dur.as_millis() as i64, v.span())),
             Err(e) => {
-                d.error(v.span(), &self.ctx(key), format!("`{s}` is not a duration ({e}); write e.g. \"10s\", \"250ms\", \"1m\""));
+                d.error(
+                    v.span(),
+                    &self.ctx(key),
+                    format!("`{s}` is not a duration ({e}); write e.g. \"10s\", \"250ms\", \"1m\""),
+                );
                 None
             }
         }
     }
 
     /// An array of strings.
-    pub(crate) fn string_list(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<Sp<Vec<Sp<String>>>> {
+    pub(crate) fn string_list(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+    ) -> Option<Sp<Vec<Sp<String>>>> {
         let v = self.raw(key)?;
         let DeValue::Array(items) = v.get_ref() else {
             self.wrong_type(d, key, v, "an array of strings");
@@ -151,14 +222,22 @@ impl<'a, 'i> TableReader<'a, 'i> {
         for item in items.iter() {
             match item.get_ref() {
                 DeValue::String(s) => out.push(Sp::new(s.to_string(), item.span())),
-                other => d.error(item.span(), &self.ctx(key), format!("expected a string, found {}", describe(other))),
+                other => d.error(
+                    item.span(),
+                    &self.ctx(key),
+                    format!("expected a string, found {}", describe(other)),
+                ),
             }
         }
         Some(Sp::new(out, v.span()))
     }
 
     /// A table whose values are all strings, in file order.
-    pub(crate) fn string_table(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<Sp<Vec<(Sp<String>, Sp<String>)>>> {
+    pub(crate) fn string_table(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+    ) -> Option<Sp<Vec<(Sp<String>, Sp<String>)>>> {
         let v = self.raw(key)?;
         let DeValue::Table(t) = v.get_ref() else {
             self.wrong_type(d, key, v, "a table such as { name = \"...\" }");
@@ -167,15 +246,30 @@ impl<'a, 'i> TableReader<'a, 'i> {
         let mut out = Vec::new();
         for (k, item) in t.iter() {
             match item.get_ref() {
-                DeValue::String(s) => out.push((Sp::new(k.get_ref().to_string(), k.span()), Sp::new(s.to_string(), item.span()))),
-                other => d.error(item.span(), &self.ctx(key), format!("`{}`: expected a string, found {}", k.get_ref(), describe(other))),
+                DeValue::String(s) => out.push((
+                    Sp::new(k.get_ref().to_string(), k.span()),
+                    Sp::new(s.to_string(), item.span()),
+                )),
+                other => d.error(
+                    item.span(),
+                    &self.ctx(key),
+                    format!(
+                        "`{}`: expected a string, found {}",
+                        k.get_ref(),
+                        describe(other)
+                    ),
+                ),
             }
         }
         Some(Sp::new(out, v.span()))
     }
 
     /// A nested table, read by its own reader.
-    pub(crate) fn table(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<TableReader<'a, 'i>> {
+    pub(crate) fn table(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+    ) -> Option<TableReader<'a, 'i>> {
         let v = self.raw(key)?;
         match v.get_ref() {
             DeValue::Table(t) => {
@@ -198,14 +292,27 @@ impl<'a, 'i> TableReader<'a, 'i> {
             if self.known.contains(&name) {
                 continue;
             }
-            let hint = suggest(name, self.known.iter().copied()).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
+            let hint = suggest(name, self.known.iter().copied())
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
             let mut fields: Vec<&str> = self.known.clone();
             fields.dedup();
-            let prefix = self.context.field.as_ref().map(|f| format!("{f}.")).unwrap_or_default();
+            let prefix = self
+                .context
+                .field
+                .as_ref()
+                .map(|f| format!("{f}."))
+                .unwrap_or_default();
             d.error(
                 k.span(),
-                &Context { component: self.context.component.clone(), field: Some(format!("{prefix}{name}")) },
-                format!("unknown field `{name}`{hint}; {what} has: {}", fields.join(", ")),
+                &Context {
+                    component: self.context.component.clone(),
+                    field: Some(format!("{prefix}{name}")),
+                },
+                format!(
+                    "unknown field `{name}`{hint}; {what} has: {}",
+                    fields.join(", ")
+                ),
             );
         }
     }

@@ -17,15 +17,23 @@ pub(crate) fn check_graph(config: &Config, d: &mut Diagnostics) {
 /// The index of the component that produces each stream name.
 fn check_ids(config: &Config, d: &mut Diagnostics) -> HashMap<String, usize> {
     let mut streams: HashMap<String, usize> = HashMap::new();
-    let mut declare = |name: &str, span: std::ops::Range<usize>, index: usize, d: &mut Diagnostics| {
-        if let Some(&first) = streams.get(name) {
-            let c = &config.components[first];
-            let ctx = Context { component: Some(config.components[index].qualified_id()), field: None };
-            d.error(span, &ctx, format!("the id `{name}` is already used by {}", c.qualified_id()));
-        } else {
-            streams.insert(name.to_string(), index);
-        }
-    };
+    let mut declare =
+        |name: &str, span: std::ops::Range<usize>, index: usize, d: &mut Diagnostics| {
+            if let Some(&first) = streams.get(name) {
+                let c = &config.components[first];
+                let ctx = Context {
+                    component: Some(config.components[index].qualified_id()),
+                    field: None,
+                };
+                d.error(
+                    span,
+                    &ctx,
+                    format!("the id `{name}` is already used by {}", c.qualified_id()),
+                );
+            } else {
+                streams.insert(name.to_string(), index);
+            }
+        };
     for (i, c) in config.components.iter().enumerate() {
         declare(&c.id.value, c.id.span.clone(), i, d);
     }
@@ -39,24 +47,51 @@ fn check_ids(config: &Config, d: &mut Diagnostics) -> HashMap<String, usize> {
 
 fn check_inputs(config: &Config, streams: &HashMap<String, usize>, d: &mut Diagnostics) {
     for c in &config.components {
-        let ctx = Context { component: Some(c.qualified_id()), field: Some("inputs".into()) };
+        let ctx = Context {
+            component: Some(c.qualified_id()),
+            field: Some("inputs".into()),
+        };
         for (k, input) in c.inputs.iter().enumerate() {
-            if c.inputs[..k].iter().any(|earlier| earlier.value == input.value) {
-                d.error(input.span.clone(), &ctx, format!("`{}` is listed twice", input.value));
+            if c.inputs[..k]
+                .iter()
+                .any(|earlier| earlier.value == input.value)
+            {
+                d.error(
+                    input.span.clone(),
+                    &ctx,
+                    format!("`{}` is listed twice", input.value),
+                );
                 continue;
             }
             match streams.get(&input.value).map(|&i| &config.components[i]) {
                 Some(p) if p.section == Section::Sink => {
-                    d.error(input.span.clone(), &ctx, format!("`{}` is a sink; sinks have no output", input.value));
+                    d.error(
+                        input.span.clone(),
+                        &ctx,
+                        format!("`{}` is a sink; sinks have no output", input.value),
+                    );
                 }
                 Some(p) if p.id.value == c.id.value && p.section == c.section => {
-                    d.error(input.span.clone(), &ctx, "a component cannot be its own input");
+                    d.error(
+                        input.span.clone(),
+                        &ctx,
+                        "a component cannot be its own input",
+                    );
                 }
                 Some(_) => {}
                 None => {
-                    let names = streams.iter().filter(|(_, i)| config.components[**i].section != Section::Sink).map(|(n, _)| n.as_str());
-                    let hint = suggest(&input.value, names).map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default();
-                    d.error(input.span.clone(), &ctx, format!("unknown input `{}`{hint}", input.value));
+                    let names = streams
+                        .iter()
+                        .filter(|(_, i)| config.components[**i].section != Section::Sink)
+                        .map(|(n, _)| n.as_str());
+                    let hint = suggest(&input.value, names)
+                        .map(|s| format!(" (did you mean `{s}`?)"))
+                        .unwrap_or_default();
+                    d.error(
+                        input.span.clone(),
+                        &ctx,
+                        format!("unknown input `{}`{hint}", input.value),
+                    );
                 }
             }
         }
@@ -68,20 +103,43 @@ fn check_cycles(config: &Config, streams: &HashMap<String, usize>, d: &mut Diagn
     let n = config.components.len();
     let mut colour = vec![0u8; n];
     let mut path = Vec::new();
-    fn visit(i: usize, config: &Config, streams: &HashMap<String, usize>, colour: &mut [u8], path: &mut Vec<usize>, d: &mut Diagnostics) {
+    fn visit(
+        i: usize,
+        config: &Config,
+        streams: &HashMap<String, usize>,
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+        d: &mut Diagnostics,
+    ) {
         colour[i] = 1;
         path.push(i);
         for input in &config.components[i].inputs {
-            let Some(&j) = streams.get(&input.value) else { continue };
+            let Some(&j) = streams.get(&input.value) else {
+                continue;
+            };
             if j == i {
                 continue; // reported as "its own input"
             }
             if colour[j] == 1 {
                 let start = path.iter().position(|&p| p == j).unwrap_or(0);
-                let ids: Vec<&str> = path[start..].iter().map(|&p| config.components[p].id.value.as_str()).collect();
+                let ids: Vec<&str> = path[start..]
+                    .iter()
+                    .map(|&p| config.components[p].id.value.as_str())
+                    .collect();
                 let c = &config.components[i];
-                let ctx = Context { component: Some(c.qualified_id()), field: Some("inputs".into()) };
-                d.error(input.span.clone(), &ctx, format!("cycle: {} -> {}", ids.join(" -> "), config.components[j].id.value));
+                let ctx = Context {
+                    component: Some(c.qualified_id()),
+                    field: Some("inputs".into()),
+                };
+                d.error(
+                    input.span.clone(),
+                    &ctx,
+                    format!(
+                        "cycle: {} -> {}",
+                        ids.join(" -> "),
+                        config.components[j].id.value
+                    ),
+                );
             } else if colour[j] == 0 {
                 visit(j, config, streams, colour, path, d);
             }
@@ -100,10 +158,18 @@ fn check_ends(config: &Config, d: &mut Diagnostics) {
     let has = |s: Section| config.components.iter().any(|c| c.section == s);
     if !config.components.is_empty() {
         if !has(Section::Source) {
-            d.error(0..0, &Context::default(), "the pipeline has no source; add a [sources.NAME] table");
+            d.error(
+                0..0,
+                &Context::default(),
+                "the pipeline has no source; add a [sources.NAME] table",
+            );
         }
         if !has(Section::Sink) {
-            d.error(0..0, &Context::default(), "the pipeline has no sink; add a [sinks.NAME] table (type \"blackhole\" discards)");
+            d.error(
+                0..0,
+                &Context::default(),
+                "the pipeline has no sink; add a [sinks.NAME] table (type \"blackhole\" discards)",
+            );
         }
     }
 }
@@ -119,8 +185,15 @@ fn check_unused(config: &Config, streams: &HashMap<String, usize>, d: &mut Diagn
     }
     for (i, c) in config.components.iter().enumerate() {
         if c.section != Section::Sink && !used[i] {
-            let ctx = Context { component: Some(c.qualified_id()), field: None };
-            d.warning(c.id.span.clone(), &ctx, "its output is not used by any transform or sink");
+            let ctx = Context {
+                component: Some(c.qualified_id()),
+                field: None,
+            };
+            d.warning(
+                c.id.span.clone(),
+                &ctx,
+                "its output is not used by any transform or sink",
+            );
         }
     }
 }

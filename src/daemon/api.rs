@@ -74,14 +74,20 @@ fn run_plan(plan: crate::plan::Plan, taps: HashMap<String, Tap>) -> Result<RunRe
                 id: c.id.clone(),
                 records_in: c.counters.records_in,
                 records_out: c.counters.records_out,
-                true_rate: if c.kind == NodeKind::Source { c.counters.true_output_rate() } else { c.counters.true_processing_rate() },
+                true_rate: if c.kind == NodeKind::Source {
+                    c.counters.true_output_rate()
+                } else {
+                    c.counters.true_processing_rate()
+                },
                 errors: c.errors,
                 late: c.late,
-                latency_us: c.latency_us.as_ref().filter(|h| !h.is_empty()).map(|h| LatencyPercentiles {
-                    p50: h.value_at_quantile(0.5),
-                    p99: h.value_at_quantile(0.99),
-                    p999: h.value_at_quantile(0.999),
-                    max: h.max(),
+                latency_us: c.latency_us.as_ref().filter(|h| !h.is_empty()).map(|h| {
+                    LatencyPercentiles {
+                        p50: h.value_at_quantile(0.5),
+                        p99: h.value_at_quantile(0.99),
+                        p999: h.value_at_quantile(0.999),
+                        max: h.max(),
+                    }
                 }),
             })
             .collect(),
@@ -108,7 +114,9 @@ impl WcountReport {
         if got == expected {
             Ok(())
         } else {
-            Err(format!("wcount totals (rows, count, sum) = {got:?}, expected {expected:?}"))
+            Err(format!(
+                "wcount totals (rows, count, sum) = {got:?}, expected {expected:?}"
+            ))
         }
     }
 }
@@ -148,8 +156,16 @@ inputs = ["counts"]
 "#
     );
     let (plan, _) = load_str("<wcount>", &toml).map_err(|d| d.render())?;
-    let schema = plan.nodes.iter().find(|n| n.id == "counts").map(|n| n.outputs[0].schema.clone()).ok_or("no window")?;
-    let (count_col, sum_col) = (schema.index_of("count").ok_or("no count")?, schema.index_of("sum").ok_or("no sum")?);
+    let schema = plan
+        .nodes
+        .iter()
+        .find(|n| n.id == "counts")
+        .map(|n| n.outputs[0].schema.clone())
+        .ok_or("no window")?;
+    let (count_col, sum_col) = (
+        schema.index_of("count").ok_or("no count")?,
+        schema.index_of("sum").ok_or("no sum")?,
+    );
     let totals = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let t = totals.clone();
     let tap: Tap = Arc::new(move |b| {

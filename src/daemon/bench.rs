@@ -7,7 +7,11 @@ use super::cli::Workload;
 
 pub(crate) fn bench(workload: Workload) -> ExitCode {
     match workload {
-        Workload::Wcount { events, workers, json } => {
+        Workload::Wcount {
+            events,
+            workers,
+            json,
+        } => {
             let report = match api::wcount(events, workers) {
                 Ok(r) => r,
                 Err(e) => {
@@ -39,7 +43,11 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
                     report.rows,
                     report.count_total,
                     report.sum_total,
-                    if verified.is_ok() { "verified" } else { "WRONG" }
+                    if verified.is_ok() {
+                        "verified"
+                    } else {
+                        "WRONG"
+                    }
                 );
             }
             match verified {

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "eddy", version, about = "An embedded, single-binary edge stream processor")]
+#[command(
+    name = "eddy",
+    version,
+    about = "An embedded, single-binary edge stream processor"
+)]
 pub(crate) struct Cli {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive
     /// such as `eddy=debug`. Overrides RUST_LOG.

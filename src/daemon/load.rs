@@ -13,7 +13,11 @@ pub(crate) fn load(path: &Path) -> Result<(Plan, Diagnostics), Diagnostics> {
         Ok(t) => t,
         Err(e) => {
             let mut d = Diagnostics::new(&name, "");
-            d.error(0..0, &Context::default(), format!("cannot read the pipeline file: {e}"));
+            d.error(
+                0..0,
+                &Context::default(),
+                format!("cannot read the pipeline file: {e}"),
+            );
             return Err(d);
         }
     };

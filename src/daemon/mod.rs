@@ -36,5 +36,9 @@ fn init_logging(level: Option<&str>) {
         eprintln!("eddy: invalid log level ({e}); using info");
         EnvFilter::new("info")
     });
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
 }

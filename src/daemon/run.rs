@@ -10,9 +10,9 @@ use std::time::Duration;
 use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 
+use super::EXIT_CONFIG;
 use super::load::load;
 use super::stats;
-use super::EXIT_CONFIG;
 use crate::exec;
 
 pub(crate) fn validate(file: &Path) -> ExitCode {
@@ -25,7 +25,11 @@ pub(crate) fn validate(file: &Path) -> ExitCode {
         Err(d) => {
             eprint!("{}", d.render());
             let n = d.errors.len();
-            eprintln!("{}: {n} error{}", file.display(), if n == 1 { "" } else { "s" });
+            eprintln!(
+                "{}: {n} error{}",
+                file.display(),
+                if n == 1 { "" } else { "s" }
+            );
             ExitCode::from(EXIT_CONFIG)
         }
     }
@@ -36,7 +40,10 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
         Ok(ok) => ok,
         Err(d) => {
             eprint!("{}", d.render());
-            eprintln!("{}: not started because of the errors above", file.display());
+            eprintln!(
+                "{}: not started because of the errors above",
+                file.display()
+            );
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -93,7 +100,9 @@ fn wait_or_signal(running: exec::Running) -> Result<exec::Running, ExitCode> {
             match smol::future::or(finished, signal).await {
                 None => return Ok(running),
                 Some(Ok(sig)) if !stopping => {
-                    tracing::info!("received {sig:?}; stopping sources and draining (send it again to exit at once)");
+                    tracing::info!(
+                        "received {sig:?}; stopping sources and draining (send it again to exit at once)"
+                    );
                     stopping = true;
                     running.stop();
                 }

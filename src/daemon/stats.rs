@@ -6,14 +6,23 @@ use crate::exec::Report;
 use crate::plan::NodeKind;
 
 pub(crate) fn log_summary(report: &Report) {
-    let source_records: u64 = report.components.iter().filter(|c| c.kind == NodeKind::Source).map(|c| c.counters.records_out).sum();
+    let source_records: u64 = report
+        .components
+        .iter()
+        .filter(|c| c.kind == NodeKind::Source)
+        .map(|c| c.counters.records_out)
+        .sum();
     let secs = report.elapsed.as_secs_f64();
     tracing::info!(
         "finished: {source_records} records from sources in {secs:.3} s ({:.0} records/s)",
         source_records as f64 / secs.max(1e-9)
     );
     if report.dead_letters > 0 {
-        tracing::warn!("{} records could not be read or evaluated; they are in {}", report.dead_letters, report.dead_letter_path.display());
+        tracing::warn!(
+            "{} records could not be read or evaluated; they are in {}",
+            report.dead_letters,
+            report.dead_letter_path.display()
+        );
     }
 }
 
@@ -25,7 +34,16 @@ pub(crate) fn table(report: &Report) -> String {
     let _ = writeln!(
         out,
         "{:<20} {:<10} {:>12} {:>12} {:>8} {:>8} {:>14} {:>10} {:>10} {:>10}",
-        "component", "type", "in", "out", "errors", "late", "true rate/s", "p50 ms", "p99 ms", "p999 ms"
+        "component",
+        "type",
+        "in",
+        "out",
+        "errors",
+        "late",
+        "true rate/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms"
     );
     for c in &report.components {
         let rate = match c.kind {
@@ -55,6 +73,11 @@ pub(crate) fn table(report: &Report) -> String {
             p999
         );
     }
-    let _ = writeln!(out, "elapsed {:.3} s; dead letters {}", report.elapsed.as_secs_f64(), report.dead_letters);
+    let _ = writeln!(
+        out,
+        "elapsed {:.3} s; dead letters {}",
+        report.elapsed.as_secs_f64(),
+        report.dead_letters
+    );
     out
 }

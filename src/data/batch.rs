@@ -24,12 +24,27 @@ pub(crate) struct Batch {
 impl Batch {
     /// Assembles a batch; every column and metadata vector must have `len`
     /// rows (`event_time` may be empty for untimed streams).
-    pub(crate) fn new(schema: SchemaRef, columns: Vec<Arc<Column>>, event_time: Vec<i64>, ingest_ns: Vec<u64>) -> Batch {
+    pub(crate) fn new(
+        schema: SchemaRef,
+        columns: Vec<Arc<Column>>,
+        event_time: Vec<i64>,
+        ingest_ns: Vec<u64>,
+    ) -> Batch {
         let len = ingest_ns.len();
         debug_assert_eq!(schema.len(), columns.len());
-        debug_assert!(columns.iter().all(|c| c.len() == len), "column lengths differ");
+        debug_assert!(
+            columns.iter().all(|c| c.len() == len),
+            "column lengths differ"
+        );
         debug_assert!(event_time.is_empty() || event_time.len() == len);
-        Batch { schema, columns, event_time, ingest_ns, key_hash: Vec::new(), len }
+        Batch {
+            schema,
+            columns,
+            event_time,
+            ingest_ns,
+            key_hash: Vec::new(),
+            len,
+        }
     }
 
     #[inline]
@@ -80,7 +95,11 @@ impl Batch {
     /// The same rows with other columns (a `map`, `select` or `drop`).
     pub(crate) fn with_columns(self, schema: SchemaRef, columns: Vec<Arc<Column>>) -> Batch {
         debug_assert!(columns.iter().all(|c| c.len() == self.len));
-        Batch { schema, columns, ..self }
+        Batch {
+            schema,
+            columns,
+            ..self
+        }
     }
 
     /// A new batch of the rows `rows`, in that order (a `filter`, or one
@@ -88,7 +107,11 @@ impl Batch {
     pub(crate) fn take_rows(&self, rows: &[u32]) -> Batch {
         Batch {
             schema: self.schema.clone(),
-            columns: self.columns.iter().map(|c| Arc::new(c.gather(rows))).collect(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| Arc::new(c.gather(rows)))
+                .collect(),
             event_time: if self.event_time.is_empty() {
                 Vec::new()
             } else {
@@ -118,7 +141,11 @@ pub(crate) struct BatchBuilder {
 
 impl BatchBuilder {
     pub(crate) fn new(schema: SchemaRef, capacity: usize, timed: bool) -> BatchBuilder {
-        let columns = schema.fields().iter().map(|f| Column::new(f.ty, capacity)).collect();
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| Column::new(f.ty, capacity))
+            .collect();
         BatchBuilder {
             schema,
             columns,
@@ -160,7 +187,10 @@ impl BatchBuilder {
             self.event_time.push(event_time);
         }
         self.ingest_ns.push(ingest_ns);
-        debug_assert!(self.columns.iter().all(|c| c.len() == self.ingest_ns.len()), "a field was not written");
+        debug_assert!(
+            self.columns.iter().all(|c| c.len() == self.ingest_ns.len()),
+            "a field was not written"
+        );
     }
 
     /// Undoes the fields written since the last finished row.
@@ -181,7 +211,10 @@ impl BatchBuilder {
                 Arc::new(std::mem::replace(c, Column::new(ty, cap)))
             })
             .collect();
-        let event_time = std::mem::replace(&mut self.event_time, Vec::with_capacity(if self.timed { cap } else { 0 }));
+        let event_time = std::mem::replace(
+            &mut self.event_time,
+            Vec::with_capacity(if self.timed { cap } else { 0 }),
+        );
         let ingest_ns = std::mem::replace(&mut self.ingest_ns, Vec::with_capacity(cap));
         Batch::new(self.schema.clone(), columns, event_time, ingest_ns)
     }
@@ -194,7 +227,10 @@ mod tests {
 
     #[test]
     fn aborted_rows_leave_no_trace() {
-        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int), Field::new("b", DataType::Str)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int),
+            Field::new("b", DataType::Str),
+        ]));
         let mut b = BatchBuilder::new(schema, 4, true);
         b.column_mut(0).push_int(1);
         b.column_mut(1).push_str("x");

@@ -19,7 +19,10 @@ enum Values {
     Int(Vec<i64>),
     Float(Vec<f64>),
     /// Strings back to back; row `i` is `data[offsets[i]..offsets[i + 1]]`.
-    Str { offsets: Vec<u32>, data: String },
+    Str {
+        offsets: Vec<u32>,
+        data: String,
+    },
 }
 
 /// A column of one type. Nulls, when there are any, are marked in a bitmap
@@ -41,20 +44,35 @@ impl Column {
             DataType::Str => {
                 let mut offsets = Vec::with_capacity(capacity + 1);
                 offsets.push(0);
-                Values::Str { offsets, data: String::with_capacity(capacity * 8) }
+                Values::Str {
+                    offsets,
+                    data: String::with_capacity(capacity * 8),
+                }
             }
         };
-        Column { values, nulls: None, len: 0 }
+        Column {
+            values,
+            nulls: None,
+            len: 0,
+        }
     }
 
     pub(crate) fn from_ints(v: Vec<i64>) -> Column {
         let len = v.len();
-        Column { values: Values::Int(v), nulls: None, len }
+        Column {
+            values: Values::Int(v),
+            nulls: None,
+            len,
+        }
     }
 
     pub(crate) fn from_floats(v: Vec<f64>) -> Column {
         let len = v.len();
-        Column { values: Values::Float(v), nulls: None, len }
+        Column {
+            values: Values::Float(v),
+            nulls: None,
+            len,
+        }
     }
 
     pub(crate) fn data_type(&self) -> DataType {
@@ -240,7 +258,13 @@ impl Column {
             (Values::Bool(a), Values::Bool(b)) => a.push(b[row]),
             (Values::Int(a), Values::Int(b)) => a.push(b[row]),
             (Values::Float(a), Values::Float(b)) => a.push(b[row]),
-            (Values::Str { offsets, data }, Values::Str { offsets: bo, data: bd }) => {
+            (
+                Values::Str { offsets, data },
+                Values::Str {
+                    offsets: bo,
+                    data: bd,
+                },
+            ) => {
                 data.push_str(&bd[bo[row] as usize..bo[row + 1] as usize]);
                 offsets.push(data.len() as u32);
             }
@@ -327,7 +351,11 @@ mod tests {
     fn many_rows_cross_bitmap_words() {
         let mut c = Column::new(DataType::Int, 0);
         for i in 0..200 {
-            if i % 3 == 0 { c.push_null() } else { c.push_int(i) }
+            if i % 3 == 0 {
+                c.push_null()
+            } else {
+                c.push_int(i)
+            }
         }
         for i in 0..200 {
             assert_eq!(c.int(i as usize), if i % 3 == 0 { None } else { Some(i) });

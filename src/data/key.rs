@@ -80,7 +80,9 @@ impl KeySpec {
                     key = &key[8..];
                 }
                 DataType::Float => {
-                    col.push_float(f64::from_bits(u64::from_le_bytes(key[..8].try_into().unwrap())));
+                    col.push_float(f64::from_bits(u64::from_le_bytes(
+                        key[..8].try_into().unwrap(),
+                    )));
                     key = &key[8..];
                 }
                 DataType::Str => {
@@ -147,8 +149,15 @@ mod tests {
             b.finish_row(0, 0);
         }
         let batch = b.take();
-        let spec = KeySpec::new(vec![0, 1, 2], vec![DataType::Int, DataType::Str, DataType::Float]);
-        let mut cols = [Column::new(DataType::Int, 2), Column::new(DataType::Str, 2), Column::new(DataType::Float, 2)];
+        let spec = KeySpec::new(
+            vec![0, 1, 2],
+            vec![DataType::Int, DataType::Str, DataType::Float],
+        );
+        let mut cols = [
+            Column::new(DataType::Int, 2),
+            Column::new(DataType::Str, 2),
+            Column::new(DataType::Float, 2),
+        ];
         for row in 0..2 {
             let mut key = Vec::new();
             spec.encode(&batch, row, &mut key);

@@ -41,7 +41,10 @@ pub(crate) struct Field {
 
 impl Field {
     pub(crate) fn new(name: impl Into<String>, ty: DataType) -> Self {
-        Field { name: name.into(), ty }
+        Field {
+            name: name.into(),
+            ty,
+        }
     }
 }
 
@@ -76,7 +79,11 @@ impl Schema {
 
     /// `name: type, ...`, for error messages that list what is available.
     pub(crate) fn describe(&self) -> String {
-        let parts: Vec<String> = self.fields.iter().map(|f| format!("{}: {}", f.name, f.ty)).collect();
+        let parts: Vec<String> = self
+            .fields
+            .iter()
+            .map(|f| format!("{}: {}", f.name, f.ty))
+            .collect();
         parts.join(", ")
     }
 }

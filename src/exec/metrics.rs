@@ -55,8 +55,11 @@ const LATENCY_MAX_US: u64 = 3_600_000_000;
 
 impl Default for Latency {
     fn default() -> Self {
-        let h = Histogram::new_with_bounds(1, LATENCY_MAX_US, 3).expect("static histogram bounds are valid");
-        Latency { histogram: Mutex::new(h) }
+        let h = Histogram::new_with_bounds(1, LATENCY_MAX_US, 3)
+            .expect("static histogram bounds are valid");
+        Latency {
+            histogram: Mutex::new(h),
+        }
     }
 }
 
@@ -80,7 +83,10 @@ impl Latency {
     }
 
     pub(crate) fn snapshot(&self) -> Histogram<u64> {
-        self.histogram.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.histogram
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -54,7 +54,9 @@ impl Shared {
 
 /// Bins spread evenly over workers in contiguous ranges.
 pub(crate) fn even_assignment(bins: u32, workers: usize) -> Vec<u16> {
-    (0..bins as usize).map(|b| (b * workers / bins as usize) as u16).collect()
+    (0..bins as usize)
+        .map(|b| (b * workers / bins as usize) as u16)
+        .collect()
 }
 
 /// A started run.
@@ -142,7 +144,12 @@ impl Running {
             components,
             dead_letters: self.shared.dead_letter.count(),
             dead_letter_path: self.shared.dead_letter.path().to_path_buf(),
-            failure: self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            failure: self
+                .shared
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -156,7 +163,10 @@ impl Running {
         // Operators are gone, so sink writers see their channels close and
         // flush. Readers may block on stdin forever: do not wait for those.
         for h in self.helpers.drain(..) {
-            if h.thread().name().is_some_and(|n| n.starts_with("eddy-write")) {
+            if h.thread()
+                .name()
+                .is_some_and(|n| n.starts_with("eddy-write"))
+            {
                 let _ = h.join();
             }
         }

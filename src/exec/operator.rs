@@ -55,7 +55,8 @@ impl OpCtx<'_> {
     /// Sends row `row` of `batch` to the dead-letter output with `reason`.
     pub(crate) fn dead_letter(&self, batch: &Batch, row: usize, reason: &str) {
         OpMetrics::add(&self.metrics.errors, 1);
-        self.dead_letter.record_row(self.component, batch, row, reason);
+        self.dead_letter
+            .record_row(self.component, batch, row, reason);
     }
 
     pub(crate) fn count(&self, counter: &AtomicU64, n: u64) {

@@ -21,7 +21,11 @@ use crate::plan::{OpSpec, Plan};
 
 /// Starts every thread of a run. `taps` attach a function to blackhole
 /// sinks by id.
-pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String, Tap>) -> Result<Running, String> {
+pub(crate) fn start(
+    plan: Arc<Plan>,
+    stop: Arc<AtomicBool>,
+    taps: HashMap<String, Tap>,
+) -> Result<Running, String> {
     let workers = plan.node.workers;
     let shared = Arc::new(Shared {
         workers,
@@ -39,9 +43,20 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
         Arc::new(move |m| shared.fail(m))
     };
     let n = plan.nodes.len();
-    let metrics: Vec<Vec<Arc<OpMetrics>>> = (0..n).map(|_| (0..workers).map(|_| Arc::default()).collect()).collect();
-    let latency: Vec<Option<Arc<Latency>>> =
-        plan.nodes.iter().map(|node| matches!(node.op, OpSpec::Stdout { .. } | OpSpec::FileSink { .. } | OpSpec::Blackhole).then(Arc::default)).collect();
+    let metrics: Vec<Vec<Arc<OpMetrics>>> = (0..n)
+        .map(|_| (0..workers).map(|_| Arc::default()).collect())
+        .collect();
+    let latency: Vec<Option<Arc<Latency>>> = plan
+        .nodes
+        .iter()
+        .map(|node| {
+            matches!(
+                node.op,
+                OpSpec::Stdout { .. } | OpSpec::FileSink { .. } | OpSpec::Blackhole
+            )
+            .then(Arc::default)
+        })
+        .collect();
 
     // One channel per (exchange edge, receiving worker).
     let mut edge_of: HashMap<(usize, usize), usize> = HashMap::new();
@@ -51,7 +66,11 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
         for (port, input) in node.inputs.iter().enumerate() {
             if let Some(key) = &input.exchange {
                 edge_of.insert((i, port), channels.len());
-                channels.push((0..workers).map(|_| flume::bounded(plan.node.channel_capacity)).collect());
+                channels.push(
+                    (0..workers)
+                        .map(|_| flume::bounded(plan.node.channel_capacity))
+                        .collect(),
+                );
                 edge_targets.push((i, port, key.clone()));
             }
         }
@@ -74,8 +93,14 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
             Target::Stdout => "stdout".to_string(),
             Target::File(p) => p.display().to_string(),
         };
-        let (tx, handle) = io::spawn_writer(&node.id, target, header, plan.node.channel_capacity, fail.clone())
-            .map_err(|e| format!("sinks.{}: cannot open {what}: {e}", node.id))?;
+        let (tx, handle) = io::spawn_writer(
+            &node.id,
+            target,
+            header,
+            plan.node.channel_capacity,
+            fail.clone(),
+        )
+        .map_err(|e| format!("sinks.{}: cannot open {what}: {e}", node.id))?;
         writers.insert(i, tx);
         helpers.push(handle);
     }
@@ -84,7 +109,9 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
     let mut readers = Vec::new();
     let mut line_sources: HashMap<(usize, usize), io::LineSource> = HashMap::new();
     for (i, node) in plan.nodes.iter().enumerate() {
-        let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else { continue };
+        let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
+            continue;
+        };
         let owner = (key_hash(node.id.as_bytes()) % workers as u64) as usize;
         let input = io::open_input(p).map_err(|e| match &p.path {
             Some(path) => format!("sources.{}: cannot open {}: {e}", node.id, path.display()),
@@ -96,8 +123,10 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
     }
 
     let mut handles = Vec::new();
-    let mut receivers: Vec<Vec<Option<flume::Receiver<_>>>> =
-        channels.iter().map(|per_worker| per_worker.iter().map(|(_, rx)| Some(rx.clone())).collect()).collect();
+    let mut receivers: Vec<Vec<Option<flume::Receiver<_>>>> = channels
+        .iter()
+        .map(|per_worker| per_worker.iter().map(|(_, rx)| Some(rx.clone())).collect())
+        .collect();
     for w in 0..workers {
         let edges: Vec<Edge> = edge_targets
             .iter()
@@ -128,11 +157,22 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
                         .collect()
                 })
                 .collect();
-            let ports = node.inputs.iter().map(|input| Port::new(if input.exchange.is_some() { workers } else { 1 })).collect();
+            let ports = node
+                .inputs
+                .iter()
+                .map(|input| Port::new(if input.exchange.is_some() { workers } else { 1 }))
+                .collect();
             let op = instantiate(&plan, i, w, &writers, &latency, &taps);
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
                 OpSpec::Generator(g) => Some((
-                    Box::new(GeneratorTask::new(&g.spec, g.rate, g.count, w, workers, plan.node.batch_size)),
+                    Box::new(GeneratorTask::new(
+                        &g.spec,
+                        g.rate,
+                        g.count,
+                        w,
+                        workers,
+                        plan.node.batch_size,
+                    )),
                     Some(g.max_out_of_orderness_ms),
                 )),
                 OpSpec::FileSource(p) | OpSpec::Stdin(p) => {
@@ -145,7 +185,11 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
                 _ => None,
             };
             if let Some((task, delay)) = source_task {
-                sources.push(SourceState { node: i, task, watermark: delay.map(BoundedOutOfOrderness::new) });
+                sources.push(SourceState {
+                    node: i,
+                    task,
+                    watermark: delay.map(BoundedOutOfOrderness::new),
+                });
             }
             nodes.push(NodeState {
                 component: node.id.as_str().into(),
@@ -173,21 +217,32 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
             .name(format!("eddy-worker-{w}"))
             .spawn(move || {
                 shared_for_thread.threads.wait();
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()));
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()));
                 if let Err(panic) = result {
-                    let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
-                    shared_for_thread.fail(format!("worker {w} failed: {}", what.unwrap_or_else(|| "panic".into())));
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                    shared_for_thread.fail(format!(
+                        "worker {w} failed: {}",
+                        what.unwrap_or_else(|| "panic".into())
+                    ));
                 }
             })
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
-    let _ = shared.threads.set(handles.iter().map(|h| h.thread().clone()).collect());
+    let _ = shared
+        .threads
+        .set(handles.iter().map(|h| h.thread().clone()).collect());
     drop(writers);
 
     for (i, owner, input, tx) in readers {
         let node = &plan.nodes[i];
-        let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else { unreachable!() };
+        let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
+            unreachable!()
+        };
         let args = LineReaderArgs {
             component: node.id.clone(),
             plan: Arc::new(p.clone()),
@@ -200,10 +255,20 @@ pub(crate) fn start(plan: Arc<Plan>, stop: Arc<AtomicBool>, taps: HashMap<String
             stop: shared.stop.clone(),
             fail: fail.clone(),
         };
-        helpers.push(io::spawn_line_reader(args).map_err(|e| format!("cannot start reader thread: {e}"))?);
+        helpers.push(
+            io::spawn_line_reader(args).map_err(|e| format!("cannot start reader thread: {e}"))?,
+        );
     }
 
-    Ok(Running { plan, shared, started: Instant::now(), workers: handles, helpers, metrics, latency })
+    Ok(Running {
+        plan,
+        shared,
+        started: Instant::now(),
+        workers: handles,
+        helpers,
+        metrics,
+        latency,
+    })
 }
 
 /// The operator instance of node `i` on worker `w` (`None` for sources).
@@ -231,9 +296,16 @@ fn instantiate(
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),
         OpSpec::Stdout { format } | OpSpec::FileSink { format, .. } => {
             let writer = writers[&i].clone();
-            Box::new(WriterSink::new(*format, writer, latency[i].clone().expect("sinks have latency")))
+            Box::new(WriterSink::new(
+                *format,
+                writer,
+                latency[i].clone().expect("sinks have latency"),
+            ))
         }
-        OpSpec::Blackhole => Box::new(BlackholeSink::new(latency[i].clone().expect("sinks have latency"), taps.get(&node.id).cloned())),
+        OpSpec::Blackhole => Box::new(BlackholeSink::new(
+            latency[i].clone().expect("sinks have latency"),
+            taps.get(&node.id).cloned(),
+        )),
     })
 }
 

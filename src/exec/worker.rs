@@ -63,7 +63,10 @@ pub(crate) struct Port {
 
 impl Port {
     pub(crate) fn new(senders: usize) -> Port {
-        Port { watermarks: vec![WATERMARK_START; senders], ended: vec![false; senders] }
+        Port {
+            watermarks: vec![WATERMARK_START; senders],
+            ended: vec![false; senders],
+        }
     }
 }
 
@@ -123,7 +126,10 @@ impl Worker {
                 }
                 let start = Instant::now();
                 let polled = self.sources[s].task.poll(stop);
-                OpMetrics::add(&self.nodes[node].metrics.useful_ns, start.elapsed().as_nanos() as u64);
+                OpMetrics::add(
+                    &self.nodes[node].metrics.useful_ns,
+                    start.elapsed().as_nanos() as u64,
+                );
                 match polled {
                     SourcePoll::Batch(batch) => {
                         progressed = true;
@@ -141,7 +147,9 @@ impl Worker {
             }
             if !progressed {
                 let idle = Instant::now();
-                let timeout = wake_at.map_or(IDLE_PARK, |t| t.saturating_duration_since(idle).min(IDLE_PARK));
+                let timeout = wake_at.map_or(IDLE_PARK, |t| {
+                    t.saturating_duration_since(idle).min(IDLE_PARK)
+                });
                 std::thread::park_timeout(timeout);
                 let waited = idle.elapsed().as_nanos() as u64;
                 for n in &self.nodes {
@@ -177,7 +185,12 @@ impl Worker {
     }
 
     /// Calls into `node`'s operator, measures it, and routes what it emits.
-    fn call(&mut self, node: usize, rows_in: u64, f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>)) {
+    fn call(
+        &mut self,
+        node: usize,
+        rows_in: u64,
+        f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
+    ) {
         let state = &mut self.nodes[node];
         let Some(mut op) = state.op.take() else {
             // An operator is never re-entered: the drain rule only reaches
@@ -202,7 +215,10 @@ impl Worker {
         OpMetrics::add(&m.records_in, rows_in);
         OpMetrics::add(&m.useful_ns, elapsed.saturating_sub(blocked));
         OpMetrics::add(&m.blocked_ns, blocked);
-        OpMetrics::add(&m.records_out, out.iter().map(|(_, b)| b.len() as u64).sum());
+        OpMetrics::add(
+            &m.records_out,
+            out.iter().map(|(_, b)| b.len() as u64).sum(),
+        );
         state.op = Some(op);
         state.emitted = out;
         self.route_emitted(node);
@@ -216,7 +232,11 @@ impl Worker {
             let mut batch = Some(batch);
             for r in 0..n_routes {
                 let route = self.nodes[node].routes[port][r];
-                let b = if r + 1 == n_routes { batch.take().expect("moved once") } else { batch.clone().expect("present") };
+                let b = if r + 1 == n_routes {
+                    batch.take().expect("moved once")
+                } else {
+                    batch.clone().expect("present")
+                };
                 match route {
                     Route::Local { node: to, port } => self.deliver(to, port, b),
                     Route::Exchange { edge } => self.exchange(node, edge, b),
@@ -233,7 +253,9 @@ impl Worker {
     fn exchange(&mut self, from: usize, edge: usize, mut batch: Batch) {
         let workers = self.shared.workers;
         let (to, port) = (self.edges[edge].node, self.edges[edge].port);
-        let hashes = self.edges[edge].key.hash_rows(&batch, &mut self.key_scratch);
+        let hashes = self.edges[edge]
+            .key
+            .hash_rows(&batch, &mut self.key_scratch);
         if workers == 1 {
             batch.set_key_hash(hashes);
             self.deliver(to, port, batch);
@@ -251,7 +273,11 @@ impl Worker {
             if picked.is_empty() {
                 continue;
             }
-            let part = if picked.len() == batch.len() { batch.clone() } else { batch.take_rows(picked) };
+            let part = if picked.len() == batch.len() {
+                batch.clone()
+            } else {
+                batch.take_rows(picked)
+            };
             if w == self.id {
                 local = Some(part);
             } else {
@@ -267,7 +293,10 @@ impl Worker {
     /// Sends on an exchange channel; while it is full, drains this worker's
     /// inboxes downstream of the edge (see the module comment).
     fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
-        let mut msg = Message { from: self.id as u32, body };
+        let mut msg = Message {
+            from: self.id as u32,
+            body,
+        };
         let mut blocked_since: Option<Instant> = None;
         loop {
             match self.edges[edge].senders[to].try_send(msg) {
@@ -284,9 +313,16 @@ impl Worker {
                 std::thread::park_timeout(BLOCKED_PARK);
             }
         }
-        self.shared.threads.get().expect("threads are registered before work starts")[to].unpark();
+        self.shared
+            .threads
+            .get()
+            .expect("threads are registered before work starts")[to]
+            .unpark();
         if let Some(since) = blocked_since {
-            OpMetrics::add(&self.nodes[from].metrics.blocked_ns, since.elapsed().as_nanos() as u64);
+            OpMetrics::add(
+                &self.nodes[from].metrics.blocked_ns,
+                since.elapsed().as_nanos() as u64,
+            );
         }
     }
 
@@ -300,7 +336,9 @@ impl Worker {
                 continue;
             }
             for _ in 0..DRAIN_BATCH {
-                let Ok(msg) = self.edges[edge].inbox.try_recv() else { break };
+                let Ok(msg) = self.edges[edge].inbox.try_recv() else {
+                    break;
+                };
                 any = true;
                 // The sender may be parked waiting for this space.
                 let sender = msg.from as usize;
@@ -326,7 +364,12 @@ impl Worker {
             return;
         }
         *slot = wm;
-        let min = state.ports.iter().flat_map(|p| p.watermarks.iter().copied()).min().unwrap_or(WATERMARK_END);
+        let min = state
+            .ports
+            .iter()
+            .flat_map(|p| p.watermarks.iter().copied())
+            .min()
+            .unwrap_or(WATERMARK_END);
         if min <= state.watermark {
             return;
         }
@@ -338,7 +381,11 @@ impl Worker {
     fn propagate_watermark(&mut self, node: usize, wm: i64) {
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_watermark(to, port, 0, wm),
-            Route::Exchange { edge } => w.broadcast(node, edge, Body::Watermark(wm), |me, to, port| me.input_watermark(to, port, me.id, wm)),
+            Route::Exchange { edge } => {
+                w.broadcast(node, edge, Body::Watermark(wm), |me, to, port| {
+                    me.input_watermark(to, port, me.id, wm)
+                })
+            }
         });
     }
 
@@ -349,7 +396,11 @@ impl Worker {
         }
         // An ended input no longer holds the watermark back.
         self.input_watermark(node, port, sender, WATERMARK_END);
-        if self.nodes[node].ports.iter().all(|p| p.ended.iter().all(|&e| e)) {
+        if self.nodes[node]
+            .ports
+            .iter()
+            .all(|p| p.ended.iter().all(|&e| e))
+        {
             self.end_node(node);
         }
     }
@@ -368,7 +419,9 @@ impl Worker {
         }
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_end(to, port, 0),
-            Route::Exchange { edge } => w.broadcast(node, edge, Body::End, |me, to, port| me.input_end(to, port, me.id)),
+            Route::Exchange { edge } => w.broadcast(node, edge, Body::End, |me, to, port| {
+                me.input_end(to, port, me.id)
+            }),
         });
     }
 
@@ -383,7 +436,13 @@ impl Worker {
 
     /// Sends a control message on `edge` to every other worker, and applies
     /// it to this worker's instance with `local`.
-    fn broadcast(&mut self, from: usize, edge: usize, body: Body, local: impl FnOnce(&mut Self, usize, usize)) {
+    fn broadcast(
+        &mut self,
+        from: usize,
+        edge: usize,
+        body: Body,
+        local: impl FnOnce(&mut Self, usize, usize),
+    ) {
         for w in 0..self.shared.workers {
             if w != self.id {
                 let b = match &body {

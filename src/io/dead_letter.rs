@@ -24,7 +24,12 @@ pub(crate) struct DeadLetter {
 
 impl DeadLetter {
     pub(crate) fn new(path: PathBuf) -> DeadLetter {
-        DeadLetter { path, file: Mutex::new(None), count: AtomicU64::new(0), open_failed: Default::default() }
+        DeadLetter {
+            path,
+            file: Mutex::new(None),
+            count: AtomicU64::new(0),
+            open_failed: Default::default(),
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -37,7 +42,15 @@ impl DeadLetter {
     }
 
     /// A line of `file` (or stdin when `None`) that failed to parse.
-    pub(crate) fn record_line(&self, component: &str, file: Option<&Path>, line: u64, offset: u64, reason: &str, raw: &[u8]) {
+    pub(crate) fn record_line(
+        &self,
+        component: &str,
+        file: Option<&Path>,
+        line: u64,
+        offset: u64,
+        reason: &str,
+        raw: &[u8],
+    ) {
         let entry = serde_json::json!({
             "component": component,
             "file": file.map_or("-".to_string(), |p| p.display().to_string()),
@@ -53,9 +66,11 @@ impl DeadLetter {
     pub(crate) fn record_row(&self, component: &str, batch: &Batch, row: usize, reason: &str) {
         let mut encoded = Vec::new();
         Encoder::new(Format::Json).encode(&batch.take_rows(&[row as u32]), &mut encoded);
-        let record: serde_json::Value =
-            serde_json::from_slice(&encoded).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&encoded).trim_end().to_string()));
-        let entry = serde_json::json!({ "component": component, "reason": reason, "record": record });
+        let record: serde_json::Value = serde_json::from_slice(&encoded).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&encoded).trim_end().to_string())
+        });
+        let entry =
+            serde_json::json!({ "component": component, "reason": reason, "record": record });
         self.write(entry);
     }
 
@@ -88,6 +103,9 @@ impl DeadLetter {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        OpenOptions::new().create(true).append(true).open(&self.path)
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
     }
 }

@@ -22,7 +22,14 @@ pub(crate) struct GeneratorTask {
 }
 
 impl GeneratorTask {
-    pub(crate) fn new(spec: &GeneratorSpec, rate: Option<u64>, count: Option<u64>, worker: usize, workers: usize, batch_size: usize) -> Self {
+    pub(crate) fn new(
+        spec: &GeneratorSpec,
+        rate: Option<u64>,
+        count: Option<u64>,
+        worker: usize,
+        workers: usize,
+        batch_size: usize,
+    ) -> Self {
         let share = rate.map(|r| {
             // Spread the rate so the shares add up to it exactly.
             let base = r / workers as u64;
@@ -60,7 +67,13 @@ impl SourceTask for GeneratorTask {
             n = n.min(due);
             p.produced += n;
         }
-        self.generator.fill(self.next, self.step, n as usize, &mut self.builder, now_ns());
+        self.generator.fill(
+            self.next,
+            self.step,
+            n as usize,
+            &mut self.builder,
+            now_ns(),
+        );
         self.next += n * self.step;
         SourcePoll::Batch(self.builder.take())
     }
@@ -75,11 +88,16 @@ struct Pacer {
 
 impl Pacer {
     fn new(rate: u64) -> Pacer {
-        Pacer { start: Instant::now(), rate, produced: 0 }
+        Pacer {
+            start: Instant::now(),
+            rate,
+            produced: 0,
+        }
     }
 
     fn due(&self, now: Instant) -> u64 {
-        let allowed = (now.duration_since(self.start).as_nanos() * self.rate as u128 / 1_000_000_000) as u64;
+        let allowed =
+            (now.duration_since(self.start).as_nanos() * self.rate as u128 / 1_000_000_000) as u64;
         allowed.saturating_sub(self.produced)
     }
 

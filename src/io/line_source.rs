@@ -67,9 +67,13 @@ pub(crate) fn open_input(plan: &LineSourcePlan) -> std::io::Result<Box<dyn Read 
 }
 
 /// Starts the reader thread.
-pub(crate) fn spawn_line_reader(args: LineReaderArgs) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn_line_reader(
+    args: LineReaderArgs,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let name = format!("eddy-read-{}", args.component);
-    std::thread::Builder::new().name(name).spawn(move || LineReader::new(args).run())
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || LineReader::new(args).run())
 }
 
 struct LineReader {
@@ -90,9 +94,25 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 impl LineReader {
     fn new(args: LineReaderArgs) -> LineReader {
         let tx = args.tx.clone();
-        let decoder = Decoder::new(args.plan.format, args.plan.schema.clone(), args.plan.event_time);
-        let builder = BatchBuilder::new(args.plan.schema.clone(), args.batch_size, args.plan.event_time.is_some());
-        LineReader { args, tx, decoder, builder, pending: Vec::new(), line: 0, offset: 0 }
+        let decoder = Decoder::new(
+            args.plan.format,
+            args.plan.schema.clone(),
+            args.plan.event_time,
+        );
+        let builder = BatchBuilder::new(
+            args.plan.schema.clone(),
+            args.batch_size,
+            args.plan.event_time.is_some(),
+        );
+        LineReader {
+            args,
+            tx,
+            decoder,
+            builder,
+            pending: Vec::new(),
+            line: 0,
+            offset: 0,
+        }
     }
 
     fn run(mut self) {
@@ -106,7 +126,11 @@ impl LineReader {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    (self.args.fail)(format!("sources.{}: cannot read {}: {e}", self.args.component, self.input_name()));
+                    (self.args.fail)(format!(
+                        "sources.{}: cannot read {}: {e}",
+                        self.args.component,
+                        self.input_name()
+                    ));
                     return;
                 }
             };
@@ -141,7 +165,11 @@ impl LineReader {
     }
 
     fn input_name(&self) -> String {
-        self.args.plan.path.as_ref().map_or("stdin".to_string(), |p| p.display().to_string())
+        self.args
+            .plan
+            .path
+            .as_ref()
+            .map_or("stdin".to_string(), |p| p.display().to_string())
     }
 
     /// Decodes every complete line in `chunk`; returns false if the
@@ -176,7 +204,12 @@ impl LineReader {
         }
         if self.decoder.needs_header() {
             if let Err(reason) = self.decoder.header(line) {
-                (self.args.fail)(format!("sources.{}: {}:{}: bad CSV header: {reason}", self.args.component, self.input_name(), self.line));
+                (self.args.fail)(format!(
+                    "sources.{}: {}:{}: bad CSV header: {reason}",
+                    self.args.component,
+                    self.input_name(),
+                    self.line
+                ));
                 self.args.stop.store(true, Relaxed);
             }
             return;
@@ -184,7 +217,14 @@ impl LineReader {
         if let Err(reason) = self.decoder.decode(line, &mut self.builder, now_ns()) {
             OpMetrics::add(&self.args.metrics.errors, 1);
             let path = self.args.plan.path.as_deref();
-            self.args.dead_letter.record_line(&self.args.component, path, self.line, start, &reason, line);
+            self.args.dead_letter.record_line(
+                &self.args.component,
+                path,
+                self.line,
+                start,
+                &reason,
+                line,
+            );
         }
     }
 
@@ -202,7 +242,10 @@ impl LineReader {
     /// `follow = true` at the end of the file: wait until it grows. A file
     /// that got shorter was truncated or replaced, so read it again from
     /// the start. Returns a new input when the file was reopened.
-    fn wait_for_growth(&mut self, _current: &mut Box<dyn Read + Send>) -> Option<Box<dyn Read + Send>> {
+    fn wait_for_growth(
+        &mut self,
+        _current: &mut Box<dyn Read + Send>,
+    ) -> Option<Box<dyn Read + Send>> {
         std::thread::sleep(FOLLOW_POLL);
         let path = self.args.plan.path.clone()?;
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -216,7 +259,11 @@ impl LineReader {
         self.pending.clear();
         self.offset = 0;
         self.line = 0;
-        self.decoder = Decoder::new(self.args.plan.format, self.args.plan.schema.clone(), self.args.plan.event_time);
+        self.decoder = Decoder::new(
+            self.args.plan.format,
+            self.args.plan.schema.clone(),
+            self.args.plan.event_time,
+        );
         Some(Box::new(f))
     }
 }

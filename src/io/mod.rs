@@ -13,6 +13,8 @@ mod sinks;
 mod writer;
 
 pub(crate) use generator_source::GeneratorTask;
-pub(crate) use line_source::{LineReaderArgs, LineSource, line_channel, open_input, spawn_line_reader};
+pub(crate) use line_source::{
+    LineReaderArgs, LineSource, line_channel, open_input, spawn_line_reader,
+};
 pub(crate) use sinks::{BlackholeSink, Tap, WriterSink};
 pub(crate) use writer::{SinkWriter as SinkWriterHandle, Target, spawn_writer};

@@ -19,7 +19,11 @@ pub(crate) struct WriterSink {
 
 impl WriterSink {
     pub(crate) fn new(format: Format, writer: SinkWriter, latency: Arc<Latency>) -> WriterSink {
-        WriterSink { encoder: Encoder::new(format), writer, latency }
+        WriterSink {
+            encoder: Encoder::new(format),
+            writer,
+            latency,
+        }
     }
 }
 

@@ -47,25 +47,27 @@ pub(crate) fn spawn_writer(
     }
     let (tx, rx) = flume::bounded::<Vec<u8>>(capacity);
     let component = component.to_string();
-    let handle = std::thread::Builder::new().name(format!("eddy-write-{component}")).spawn(move || {
-        let mut out = BufWriter::with_capacity(256 * 1024, out);
-        let result = (|| -> std::io::Result<()> {
-            while let Ok(bytes) = rx.recv() {
-                out.write_all(&bytes)?;
-                // Flush whenever nothing else is waiting, so output shows up
-                // promptly at low rates and in large writes at high ones.
-                if rx.is_empty() {
-                    out.flush()?;
+    let handle = std::thread::Builder::new()
+        .name(format!("eddy-write-{component}"))
+        .spawn(move || {
+            let mut out = BufWriter::with_capacity(256 * 1024, out);
+            let result = (|| -> std::io::Result<()> {
+                while let Ok(bytes) = rx.recv() {
+                    out.write_all(&bytes)?;
+                    // Flush whenever nothing else is waiting, so output shows up
+                    // promptly at low rates and in large writes at high ones.
+                    if rx.is_empty() {
+                        out.flush()?;
+                    }
+                }
+                out.flush()
+            })();
+            if let Err(e) = result {
+                // A closed stdout (`eddy run ... | head`) is not worth a failure.
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    fail(format!("sinks.{component}: cannot write to {name}: {e}"));
                 }
             }
-            out.flush()
-        })();
-        if let Err(e) = result {
-            // A closed stdout (`eddy run ... | head`) is not worth a failure.
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
-                fail(format!("sinks.{component}: cannot write to {name}: {e}"));
-            }
-        }
-    })?;
+        })?;
     Ok((tx, handle))
 }

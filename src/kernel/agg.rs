@@ -103,13 +103,25 @@ impl Acc {
     pub fn finish(&self) -> AggValue {
         match *self {
             Acc::Count(n) => AggValue::Int(n as i64),
-            Acc::SumInt(s) | Acc::MinInt(s) | Acc::MaxInt(s) => s.map_or(AggValue::Null, AggValue::Int),
-            Acc::SumFloat(s) | Acc::MinFloat(s) | Acc::MaxFloat(s) => s.map_or(AggValue::Null, AggValue::Float),
+            Acc::SumInt(s) | Acc::MinInt(s) | Acc::MaxInt(s) => {
+                s.map_or(AggValue::Null, AggValue::Int)
+            }
+            Acc::SumFloat(s) | Acc::MinFloat(s) | Acc::MaxFloat(s) => {
+                s.map_or(AggValue::Null, AggValue::Float)
+            }
             Acc::AvgInt { sum, n } => {
-                if n == 0 { AggValue::Null } else { AggValue::Float(sum as f64 / n as f64) }
+                if n == 0 {
+                    AggValue::Null
+                } else {
+                    AggValue::Float(sum as f64 / n as f64)
+                }
             }
             Acc::AvgFloat { sum, n } => {
-                if n == 0 { AggValue::Null } else { AggValue::Float(sum / n as f64) }
+                if n == 0 {
+                    AggValue::Null
+                } else {
+                    AggValue::Float(sum / n as f64)
+                }
             }
         }
     }

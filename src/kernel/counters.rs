@@ -49,7 +49,11 @@ impl Counters {
 }
 
 fn per_second(records: u64, ns: u64) -> Option<f64> {
-    if ns == 0 { None } else { Some(records as f64 * 1e9 / ns as f64) }
+    if ns == 0 {
+        None
+    } else {
+        Some(records as f64 * 1e9 / ns as f64)
+    }
 }
 
 #[cfg(test)]

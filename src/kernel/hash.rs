@@ -19,7 +19,11 @@ pub fn key_hash(encoded_key: &[u8]) -> u64 {
 pub fn bin_of(hash: u64, bins: u32) -> u32 {
     debug_assert!(bins.is_power_of_two());
     let bits = bins.trailing_zeros();
-    if bits == 0 { 0 } else { (hash >> (64 - bits)) as u32 }
+    if bits == 0 {
+        0
+    } else {
+        (hash >> (64 - bits)) as u32
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@ pub struct BoundedOutOfOrderness {
 
 impl BoundedOutOfOrderness {
     pub fn new(delay_ms: i64) -> Self {
-        Self { max_seen: WATERMARK_START, delay_ms }
+        Self {
+            max_seen: WATERMARK_START,
+            delay_ms,
+        }
     }
 
     /// Records an event's time.
@@ -33,7 +36,9 @@ impl BoundedOutOfOrderness {
         if self.max_seen == WATERMARK_START {
             WATERMARK_START
         } else {
-            self.max_seen.saturating_sub(self.delay_ms).saturating_sub(1)
+            self.max_seen
+                .saturating_sub(self.delay_ms)
+                .saturating_sub(1)
         }
     }
 }
@@ -53,7 +58,10 @@ impl<const N: usize> MinWatermark<N> {
         for _ in 0..inputs.min(N) {
             let _ = v.push(WATERMARK_START);
         }
-        Self { inputs: v, current: WATERMARK_START }
+        Self {
+            inputs: v,
+            current: WATERMARK_START,
+        }
     }
 
     /// Updates input `i`; returns the new minimum if it advanced.

@@ -4,7 +4,9 @@
 //! and aligned to the epoch, as in Flink and the `wcount` workload.
 
 /// A half-open event-time interval `[start, end)` in epoch milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Window {
     pub start: i64,
     pub end: i64,
@@ -27,7 +29,10 @@ impl Window {
     /// The smallest window covering both.
     #[inline]
     pub fn cover(&self, other: &Window) -> Window {
-        Window { start: self.start.min(other.start), end: self.end.max(other.end) }
+        Window {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
     }
 }
 
@@ -41,7 +46,12 @@ pub fn tumbling_start(ts: i64, size_ms: i64) -> i64 {
 /// newest first. There are `ceil(size / slide)` of them at most.
 #[inline]
 pub fn hopping_windows(ts: i64, size_ms: i64, slide_ms: i64) -> HoppingWindows {
-    HoppingWindows { next_start: tumbling_start(ts, slide_ms), ts, size_ms, slide_ms }
+    HoppingWindows {
+        next_start: tumbling_start(ts, slide_ms),
+        ts,
+        size_ms,
+        slide_ms,
+    }
 }
 
 /// Iterator returned by [`hopping_windows`].
@@ -60,7 +70,10 @@ impl Iterator for HoppingWindows {
         if self.next_start > self.ts - self.size_ms {
             let start = self.next_start;
             self.next_start -= self.slide_ms;
-            Some(Window { start, end: start + self.size_ms })
+            Some(Window {
+                start,
+                end: start + self.size_ms,
+            })
         } else {
             None
         }
@@ -71,7 +84,10 @@ impl Iterator for HoppingWindows {
 /// sessions that touch are merged by the operator holding them.
 #[inline]
 pub fn session_window(ts: i64, gap_ms: i64) -> Window {
-    Window { start: ts, end: ts.saturating_add(gap_ms) }
+    Window {
+        start: ts,
+        end: ts.saturating_add(gap_ms),
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use super::expr::{self, AggFunc, ExprError};
 use super::*;
-use crate::config::{Component, Config, Context, Diagnostics, EventTime, SchemaDecl, Section, Sp, Spec};
+use crate::config::{
+    Component, Config, Context, Diagnostics, EventTime, SchemaDecl, Section, Sp, Spec,
+};
 use crate::data::{DataType, Field, KeySpec, Schema};
 
 /// What the planner knows about a stream while building.
@@ -31,19 +33,42 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             continue;
         }
         // An input that failed earlier was reported there; skip quietly.
-        let Some(inputs) = c.inputs.iter().map(|i| streams.get(&i.value).cloned()).collect::<Option<Vec<_>>>() else {
+        let Some(inputs) = c
+            .inputs
+            .iter()
+            .map(|i| streams.get(&i.value).cloned())
+            .collect::<Option<Vec<_>>>()
+        else {
             continue;
         };
         let index = nodes.len();
-        let mut cx = NodeBuilder { d, c, inputs: &inputs };
-        let Some((op, outputs, exchanges)) = cx.build() else { continue };
+        let mut cx = NodeBuilder {
+            d,
+            c,
+            inputs: &inputs,
+        };
+        let Some((op, outputs, exchanges)) = cx.build() else {
+            continue;
+        };
         for (port, (name, schema, timed)) in outputs.iter().enumerate() {
-            streams.insert(name.clone(), StreamInfo { node: index, port, schema: schema.clone(), timed: *timed });
+            streams.insert(
+                name.clone(),
+                StreamInfo {
+                    node: index,
+                    port,
+                    schema: schema.clone(),
+                    timed: *timed,
+                },
+            );
         }
         let plan_inputs: Vec<PlanInput> = inputs
             .iter()
             .zip(exchanges)
-            .map(|(s, exchange)| PlanInput { from: s.node, from_port: s.port, exchange })
+            .map(|(s, exchange)| PlanInput {
+                from: s.node,
+                from_port: s.port,
+                exchange,
+            })
             .collect();
         for (port, s) in inputs.iter().enumerate() {
             nodes[s.node].outputs[s.port].consumers.push((index, port));
@@ -58,14 +83,25 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             type_name: c.type_name.value.clone(),
             kind,
             inputs: plan_inputs,
-            outputs: outputs.into_iter().map(|(name, schema, timed)| PlanOutput { name, schema, timed, consumers: Vec::new() }).collect(),
+            outputs: outputs
+                .into_iter()
+                .map(|(name, schema, timed)| PlanOutput {
+                    name,
+                    schema,
+                    timed,
+                    consumers: Vec::new(),
+                })
+                .collect(),
             op,
         });
     }
     if d.has_errors() {
         return None;
     }
-    Some(Plan { node: config.node.clone(), nodes })
+    Some(Plan {
+        node: config.node.clone(),
+        nodes,
+    })
 }
 
 /// Components ordered so that every input comes before its consumers.
@@ -113,7 +149,10 @@ struct NodeBuilder<'a> {
 
 impl NodeBuilder<'_> {
     fn ctx(&self, field: &str) -> Context {
-        Context { component: Some(self.c.qualified_id()), field: Some(field.to_string()) }
+        Context {
+            component: Some(self.c.qualified_id()),
+            field: Some(field.to_string()),
+        }
     }
 
     fn error(&mut self, span: Range<usize>, field: &str, message: impl Into<String>) {
@@ -127,11 +166,22 @@ impl NodeBuilder<'_> {
         match &self.c.spec {
             Spec::Generator(g) => {
                 let schema = crate::io::generator::schema(g.spec.kind);
-                let plan = GeneratorPlan { spec: g.spec.clone(), rate: g.rate, count: g.count, max_out_of_orderness_ms: g.event_time.max_out_of_orderness_ms };
+                let plan = GeneratorPlan {
+                    spec: g.spec.clone(),
+                    rate: g.rate,
+                    count: g.count,
+                    max_out_of_orderness_ms: g.event_time.max_out_of_orderness_ms,
+                };
                 Some((OpSpec::Generator(plan), vec![(id, schema, true)], forward))
             }
             Spec::File(f) => {
-                let plan = line_source(Some(f.path.value.clone()), f.follow, f.format, &f.schema, &f.event_time);
+                let plan = line_source(
+                    Some(f.path.value.clone()),
+                    f.follow,
+                    f.format,
+                    &f.schema,
+                    &f.event_time,
+                );
                 let out = vec![(id, plan.schema.clone(), plan.event_time.is_some())];
                 Some((OpSpec::FileSource(plan), out, forward))
             }
@@ -144,20 +194,37 @@ impl NodeBuilder<'_> {
                 let (schema, timed) = self.union_input()?;
                 let compiled = self.compile(condition, "condition", &schema)?;
                 if compiled.data_type() != DataType::Bool {
-                    self.error(condition.span.clone(), "condition", format!("must be a boolean expression, but it is {}", compiled.data_type()));
+                    self.error(
+                        condition.span.clone(),
+                        "condition",
+                        format!(
+                            "must be a boolean expression, but it is {}",
+                            compiled.data_type()
+                        ),
+                    );
                     return None;
                 }
-                Some((OpSpec::Filter(Arc::new(compiled)), vec![(id, schema, timed)], forward))
+                Some((
+                    OpSpec::Filter(Arc::new(compiled)),
+                    vec![(id, schema, timed)],
+                    forward,
+                ))
             }
             Spec::Map { fields } => {
                 let (schema, timed) = self.union_input()?;
-                self.map(fields, &schema).map(|(cols, out)| (OpSpec::Map(Arc::new(cols)), vec![(id, out, timed)], forward))
+                self.map(fields, &schema).map(|(cols, out)| {
+                    (OpSpec::Map(Arc::new(cols)), vec![(id, out, timed)], forward)
+                })
             }
             Spec::Select { fields } | Spec::Drop { fields } => {
                 let (schema, timed) = self.union_input()?;
                 let keep = matches!(self.c.spec, Spec::Select { .. });
                 let (indices, out) = self.project(fields, &schema, keep)?;
-                Some((OpSpec::Project(Arc::new(indices)), vec![(id, out, timed)], forward))
+                Some((
+                    OpSpec::Project(Arc::new(indices)),
+                    vec![(id, out, timed)],
+                    forward,
+                ))
             }
             Spec::Window(w) => self.window(w, id),
             Spec::Join(j) => self.join(j, id),
@@ -167,7 +234,14 @@ impl NodeBuilder<'_> {
             }
             Spec::FileSink { path, format } => {
                 self.sink_inputs(*format)?;
-                Some((OpSpec::FileSink { path: path.value.clone(), format: *format }, Vec::new(), forward))
+                Some((
+                    OpSpec::FileSink {
+                        path: path.value.clone(),
+                        format: *format,
+                    },
+                    Vec::new(),
+                    forward,
+                ))
             }
             Spec::Blackhole => Some((OpSpec::Blackhole, Vec::new(), forward)),
             Spec::Invalid => None,
@@ -202,7 +276,12 @@ impl NodeBuilder<'_> {
         Some(())
     }
 
-    fn compile(&mut self, text: &Sp<String>, field: &str, schema: &Schema) -> Option<expr::Compiled> {
+    fn compile(
+        &mut self,
+        text: &Sp<String>,
+        field: &str,
+        schema: &Schema,
+    ) -> Option<expr::Compiled> {
         match expr::compile(&text.value, schema) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -217,12 +296,17 @@ impl NodeBuilder<'_> {
         self.error(at..at + 1, field, e.message);
     }
 
-    fn map(&mut self, fields: &[(Sp<String>, Sp<String>)], schema: &Schema) -> Option<(Vec<MapColumn>, SchemaRef)> {
+    fn map(
+        &mut self,
+        fields: &[(Sp<String>, Sp<String>)],
+        schema: &Schema,
+    ) -> Option<(Vec<MapColumn>, SchemaRef)> {
         let mut columns: Vec<MapColumn> = (0..schema.len()).map(MapColumn::Input).collect();
         let mut out: Vec<Field> = schema.fields().to_vec();
         let mut ok = true;
         for (name, text) in fields {
-            let Some(compiled) = self.compile(text, &format!("fields.{}", name.value), schema) else {
+            let Some(compiled) = self.compile(text, &format!("fields.{}", name.value), schema)
+            else {
                 ok = false;
                 continue;
             };
@@ -241,11 +325,20 @@ impl NodeBuilder<'_> {
         ok.then(|| (columns, Arc::new(Schema::new(out))))
     }
 
-    fn project(&mut self, fields: &[Sp<String>], schema: &Schema, keep: bool) -> Option<(Vec<usize>, SchemaRef)> {
+    fn project(
+        &mut self,
+        fields: &[Sp<String>],
+        schema: &Schema,
+        keep: bool,
+    ) -> Option<(Vec<usize>, SchemaRef)> {
         let mut named = Vec::new();
         for f in fields {
             match schema.index_of(&f.value) {
-                Some(i) if named.contains(&i) => self.error(f.span.clone(), "fields", format!("`{}` is listed twice", f.value)),
+                Some(i) if named.contains(&i) => self.error(
+                    f.span.clone(),
+                    "fields",
+                    format!("`{}` is listed twice", f.value),
+                ),
                 Some(i) => named.push(i),
                 None => {
                     let msg = unknown_field(&f.value, schema);
@@ -256,13 +349,24 @@ impl NodeBuilder<'_> {
         if named.len() != fields.len() {
             return None;
         }
-        let indices: Vec<usize> = if keep { named } else { (0..schema.len()).filter(|i| !named.contains(i)).collect() };
+        let indices: Vec<usize> = if keep {
+            named
+        } else {
+            (0..schema.len()).filter(|i| !named.contains(i)).collect()
+        };
         if indices.is_empty() {
-            let span = fields.first().map_or(self.c.id.span.clone(), |f| f.span.clone());
+            let span = fields
+                .first()
+                .map_or(self.c.id.span.clone(), |f| f.span.clone());
             self.error(span, "fields", "no field would be left");
             return None;
         }
-        let out = Schema::new(indices.iter().map(|&i| schema.fields()[i].clone()).collect());
+        let out = Schema::new(
+            indices
+                .iter()
+                .map(|&i| schema.fields()[i].clone())
+                .collect(),
+        );
         Some((indices, Arc::new(out)))
     }
 
@@ -288,7 +392,13 @@ impl NodeBuilder<'_> {
         if timed {
             return Some(());
         }
-        let untimed: Vec<&str> = self.inputs.iter().zip(&self.c.inputs).filter(|(s, _)| !s.timed).map(|(_, n)| n.value.as_str()).collect();
+        let untimed: Vec<&str> = self
+            .inputs
+            .iter()
+            .zip(&self.c.inputs)
+            .filter(|(s, _)| !s.timed)
+            .map(|(_, n)| n.value.as_str())
+            .collect();
         let msg = format!(
             "needs event time, but `{}` carries none; set `event_time = \"FIELD\"` on the source it comes from",
             untimed.join("`, `")
@@ -298,7 +408,11 @@ impl NodeBuilder<'_> {
         None
     }
 
-    fn window(&mut self, w: &crate::config::WindowConfig, id: String) -> Option<(OpSpec, Outputs, Vec<Option<KeySpec>>)> {
+    fn window(
+        &mut self,
+        w: &crate::config::WindowConfig,
+        id: String,
+    ) -> Option<(OpSpec, Outputs, Vec<Option<KeySpec>>)> {
         let (schema, timed) = self.union_input()?;
         let timed_ok = self.require_timed(timed);
         let key = self.key(&w.key, &schema, "key");
@@ -306,7 +420,10 @@ impl NodeBuilder<'_> {
         let mut out_fields: Vec<Field> = Vec::new();
         if let Some(k) = &key {
             for n in &w.key {
-                let ty = schema.field(&n.value).map(|(_, f)| f.ty).unwrap_or(DataType::Int);
+                let ty = schema
+                    .field(&n.value)
+                    .map(|(_, f)| f.ty)
+                    .unwrap_or(DataType::Int);
                 out_fields.push(Field::new(n.value.clone(), ty));
             }
             debug_assert_eq!(k.types().len(), out_fields.len());
@@ -315,8 +432,16 @@ impl NodeBuilder<'_> {
         for (name, text) in &w.aggregates {
             let reserved = ["window_start", "window_end"].contains(&name.value.as_str());
             if reserved || out_fields.iter().any(|f| f.name == name.value) {
-                let why = if reserved { "is a field every window output has" } else { "is already an output field" };
-                self.error(name.span.clone(), "aggregates", format!("`{}` {why}; choose another name", name.value));
+                let why = if reserved {
+                    "is a field every window output has"
+                } else {
+                    "is already an output field"
+                };
+                self.error(
+                    name.span.clone(),
+                    "aggregates",
+                    format!("`{}` {why}; choose another name", name.value),
+                );
                 ok = false;
                 continue;
             }
@@ -337,7 +462,11 @@ impl NodeBuilder<'_> {
         if !ok {
             return None;
         }
-        debug_assert!(aggregates.iter().all(|a| a.func == AggFunc::CountRows || a.arg.is_some()));
+        debug_assert!(
+            aggregates
+                .iter()
+                .all(|a| a.func == AggFunc::CountRows || a.arg.is_some())
+        );
         let output = Arc::new(Schema::new(out_fields));
         let mut outputs = vec![(id, output.clone(), true)];
         if let Some(late) = &w.late_output {
@@ -355,17 +484,42 @@ impl NodeBuilder<'_> {
         Some((OpSpec::Window(Arc::new(plan)), outputs, exchanges))
     }
 
-    fn join(&mut self, j: &crate::config::JoinConfig, id: String) -> Option<(OpSpec, Outputs, Vec<Option<KeySpec>>)> {
-        let [left, right] = self.inputs else { return None };
+    fn join(
+        &mut self,
+        j: &crate::config::JoinConfig,
+        id: String,
+    ) -> Option<(OpSpec, Outputs, Vec<Option<KeySpec>>)> {
+        let [left, right] = self.inputs else {
+            return None;
+        };
         let (left, right) = (left.clone(), right.clone());
         let timed = self.require_timed(left.timed && right.timed);
-        let lk = self.key(&j.left_on, &left.schema, if j.left_on == j.right_on { "on" } else { "left_on" });
-        let rk = self.key(&j.right_on, &right.schema, if j.left_on == j.right_on { "on" } else { "right_on" });
+        let lk = self.key(
+            &j.left_on,
+            &left.schema,
+            if j.left_on == j.right_on {
+                "on"
+            } else {
+                "left_on"
+            },
+        );
+        let rk = self.key(
+            &j.right_on,
+            &right.schema,
+            if j.left_on == j.right_on {
+                "on"
+            } else {
+                "right_on"
+            },
+        );
         let (lk, rk, _) = (lk?, rk?, timed?);
         for (k, (lt, rt)) in lk.types().iter().zip(rk.types()).enumerate() {
             if lt != rt {
                 let span = j.right_on[k].span.clone();
-                let msg = format!("key `{}` is {lt} on the left but `{}` is {rt} on the right", j.left_on[k].value, j.right_on[k].value);
+                let msg = format!(
+                    "key `{}` is {lt} on the left but `{}` is {rt} on the right",
+                    j.left_on[k].value, j.right_on[k].value
+                );
                 self.error(span, "on", msg);
                 return None;
             }
@@ -375,21 +529,44 @@ impl NodeBuilder<'_> {
         // value: keep one copy.
         let shared_key = |ri: usize| -> bool {
             let name = &right.schema.fields()[ri].name;
-            j.right_on.iter().zip(&j.left_on).any(|(r, l)| &r.value == name && &l.value == name)
+            j.right_on
+                .iter()
+                .zip(&j.left_on)
+                .any(|(r, l)| &r.value == name && &l.value == name)
         };
-        let left_names: Vec<&str> = left.schema.fields().iter().map(|f| f.name.as_str()).collect();
-        let right_kept: Vec<usize> = (0..right.schema.len()).filter(|&i| !shared_key(i)).collect();
-        let clash = |name: &str| -> bool { left_names.contains(&name) && right_kept.iter().any(|&i| right.schema.fields()[i].name == name) };
+        let left_names: Vec<&str> = left
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        let right_kept: Vec<usize> = (0..right.schema.len())
+            .filter(|&i| !shared_key(i))
+            .collect();
+        let clash = |name: &str| -> bool {
+            left_names.contains(&name)
+                && right_kept
+                    .iter()
+                    .any(|&i| right.schema.fields()[i].name == name)
+        };
         let mut columns = Vec::new();
         let mut fields = Vec::new();
         for (i, f) in left.schema.fields().iter().enumerate() {
-            let name = if clash(&f.name) { format!("{lname}_{}", f.name) } else { f.name.clone() };
+            let name = if clash(&f.name) {
+                format!("{lname}_{}", f.name)
+            } else {
+                f.name.clone()
+            };
             columns.push((0, i));
             fields.push(Field::new(name, f.ty));
         }
         for &i in &right_kept {
             let f = &right.schema.fields()[i];
-            let name = if clash(&f.name) { format!("{rname}_{}", f.name) } else { f.name.clone() };
+            let name = if clash(&f.name) {
+                format!("{rname}_{}", f.name)
+            } else {
+                f.name.clone()
+            };
             columns.push((1, i));
             fields.push(Field::new(name, f.ty));
         }
@@ -405,27 +582,61 @@ impl NodeBuilder<'_> {
             }
         }
         let output = Arc::new(Schema::new(fields));
-        let plan = JoinPlan { left_key: lk.clone(), right_key: rk.clone(), mode: j.mode, columns, output: output.clone() };
-        Some((OpSpec::Join(Arc::new(plan)), vec![(id, output, true)], vec![Some(lk), Some(rk)]))
+        let plan = JoinPlan {
+            left_key: lk.clone(),
+            right_key: rk.clone(),
+            mode: j.mode,
+            columns,
+            output: output.clone(),
+        };
+        Some((
+            OpSpec::Join(Arc::new(plan)),
+            vec![(id, output, true)],
+            vec![Some(lk), Some(rk)],
+        ))
     }
 }
 
-fn line_source(path: Option<std::path::PathBuf>, follow: bool, format: Format, decl: &SchemaDecl, et: &EventTime) -> LineSourcePlan {
-    let schema = Arc::new(Schema::new(decl.iter().map(|(n, t)| Field::new(n.value.clone(), *t)).collect()));
+fn line_source(
+    path: Option<std::path::PathBuf>,
+    follow: bool,
+    format: Format,
+    decl: &SchemaDecl,
+    et: &EventTime,
+) -> LineSourcePlan {
+    let schema = Arc::new(Schema::new(
+        decl.iter()
+            .map(|(n, t)| Field::new(n.value.clone(), *t))
+            .collect(),
+    ));
     let event_time = et.field.as_ref().and_then(|f| schema.index_of(&f.value));
-    LineSourcePlan { path, follow, format, schema, event_time, max_out_of_orderness_ms: et.max_out_of_orderness_ms }
+    LineSourcePlan {
+        path,
+        follow,
+        format,
+        schema,
+        event_time,
+        max_out_of_orderness_ms: et.max_out_of_orderness_ms,
+    }
 }
 
 fn unknown_field(name: &str, schema: &Schema) -> String {
     let hint = crate::config::suggest_name(name, schema.fields().iter().map(|f| f.name.as_str()));
-    format!("unknown field `{name}`{hint}; fields here: {}", schema.describe())
+    format!(
+        "unknown field `{name}`{hint}; fields here: {}",
+        schema.describe()
+    )
 }
 
 /// The byte offset in the file of byte `offset` of the string value `s`.
 /// Exact when the string has no escapes; otherwise the string's start.
 fn position_in_string(file: &str, s: &Sp<String>, offset: usize) -> usize {
     let raw = file.get(s.span.clone()).unwrap_or("");
-    let delimiter = if raw.starts_with("\"\"\"") || raw.starts_with("'''") { 3 } else { 1 };
+    let delimiter = if raw.starts_with("\"\"\"") || raw.starts_with("'''") {
+        3
+    } else {
+        1
+    };
     let mut start = s.span.start + delimiter;
     if delimiter == 3 && file[start..].starts_with('\n') {
         start += 1;

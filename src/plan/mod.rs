@@ -71,8 +71,13 @@ pub(crate) enum OpSpec {
     Project(Arc<Vec<usize>>),
     Window(Arc<WindowPlan>),
     Join(Arc<JoinPlan>),
-    Stdout { format: Format },
-    FileSink { path: PathBuf, format: Format },
+    Stdout {
+        format: Format,
+    },
+    FileSink {
+        path: PathBuf,
+        format: Format,
+    },
     Blackhole,
 }
 
@@ -129,9 +134,17 @@ impl Plan {
         let edges: Vec<String> = self
             .nodes
             .iter()
-            .flat_map(|n| n.outputs.iter().flat_map(move |o| o.consumers.iter().map(move |(c, _)| (n, o, *c))))
+            .flat_map(|n| {
+                n.outputs
+                    .iter()
+                    .flat_map(move |o| o.consumers.iter().map(move |(c, _)| (n, o, *c)))
+            })
             .map(|(n, o, c)| {
-                let via = if o.name != n.id { format!(".{}", o.name) } else { String::new() };
+                let via = if o.name != n.id {
+                    format!(".{}", o.name)
+                } else {
+                    String::new()
+                };
                 format!("{}{via}->{}", n.id, self.nodes[c].id)
             })
             .collect();

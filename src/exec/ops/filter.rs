@@ -13,7 +13,10 @@ pub(crate) struct Filter {
 
 impl Filter {
     pub(crate) fn new(condition: Arc<Compiled>) -> Filter {
-        Filter { condition, keep: Vec::new() }
+        Filter {
+            condition,
+            keep: Vec::new(),
+        }
     }
 }
 

@@ -58,11 +58,26 @@ impl Join {
             JoinMode::Interval { .. } => (0..bins).map(|_| KeyMap::new()).collect(),
             JoinMode::Tumbling { .. } => Vec::new(),
         };
-        Join { plan, bins, by_bin, by_window: BTreeMap::new(), expiry: BTreeMap::new(), watermark: i64::MIN, batch_size, key_scratch: Vec::new() }
+        Join {
+            plan,
+            bins,
+            by_bin,
+            by_window: BTreeMap::new(),
+            expiry: BTreeMap::new(),
+            watermark: i64::MIN,
+            batch_size,
+            key_scratch: Vec::new(),
+        }
     }
 
     /// Appends the joined row of `left` and `right` to `out`.
-    fn emit_pair(plan: &JoinPlan, left: &Row, right: &Row, window: Option<(i64, i64)>, out: &mut BatchBuilder) {
+    fn emit_pair(
+        plan: &JoinPlan,
+        left: &Row,
+        right: &Row,
+        window: Option<(i64, i64)>,
+        out: &mut BatchBuilder,
+    ) {
         let cols = out.columns_mut();
         for (i, &(side, c)) in plan.columns.iter().enumerate() {
             let row = if side == 0 { left } else { right };
@@ -94,14 +109,26 @@ fn owned_ref(v: &Owned) -> ValueRef<'_> {
 }
 
 fn capture(batch: &Batch, row: usize) -> Row {
-    let values = batch.columns().iter().map(|c| Owned::from_value(c.get(row))).collect();
-    Row { ts: batch.event_time()[row], ingest_ns: batch.ingest_ns()[row], values }
+    let values = batch
+        .columns()
+        .iter()
+        .map(|c| Owned::from_value(c.get(row)))
+        .collect();
+    Row {
+        ts: batch.event_time()[row],
+        ingest_ns: batch.ingest_ns()[row],
+        values,
+    }
 }
 
 impl Operator for Join {
     fn on_batch(&mut self, port: usize, mut batch: Batch, ctx: &mut OpCtx<'_>) {
         let plan = self.plan.clone();
-        let key = if port == 0 { &plan.left_key } else { &plan.right_key };
+        let key = if port == 0 {
+            &plan.left_key
+        } else {
+            &plan.right_key
+        };
         if batch.key_hash().is_empty() {
             let hashes = key.hash_rows(&batch, &mut self.key_scratch);
             batch.set_key_hash(hashes);
@@ -125,7 +152,10 @@ impl Operator for Join {
                         continue;
                     }
                     let bins = self.bins as usize;
-                    let maps = self.by_window.entry(start).or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
+                    let maps = self
+                        .by_window
+                        .entry(start)
+                        .or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
                     let sides = entry(&mut maps[bin], &self.key_scratch);
                     sides.rows[port].push(capture(&batch, row));
                 }
@@ -138,13 +168,20 @@ impl Operator for Join {
                     let new = capture(&batch, row);
                     for other in &sides.rows[1 - port] {
                         if (other.ts - new.ts).abs() <= within_ms {
-                            let (l, r) = if port == 0 { (&new, other) } else { (other, &new) };
+                            let (l, r) = if port == 0 {
+                                (&new, other)
+                            } else {
+                                (other, &new)
+                            };
                             Self::emit_pair(&plan, l, r, None, &mut out);
                         }
                     }
                     sides.rows[port].push(new);
                     let expires = ts.saturating_add(within_ms);
-                    self.expiry.entry(expires).or_default().push((bin as u32, self.key_scratch.clone().into_boxed_slice()));
+                    self.expiry
+                        .entry(expires)
+                        .or_default()
+                        .push((bin as u32, self.key_scratch.clone().into_boxed_slice()));
                     if out.len() >= self.batch_size {
                         ctx.emit(out.take());
                     }
@@ -194,7 +231,9 @@ impl Operator for Join {
                     }
                     for (bin, key) in entry.remove() {
                         let map = &mut self.by_bin[bin as usize];
-                        let Some(sides) = map.get_mut(&key) else { continue };
+                        let Some(sides) = map.get_mut(&key) else {
+                            continue;
+                        };
                         for rows in &mut sides.rows {
                             rows.retain(|r| r.ts.saturating_add(within_ms) >= watermark);
                         }
@@ -223,14 +262,18 @@ fn entry<'m>(map: &'m mut KeyMap, key: &[u8]) -> &'m mut Sides {
 fn key_has_null(mut key: &[u8], types: &[crate::data::DataType]) -> bool {
     use crate::data::DataType;
     for ty in types {
-        let Some((&tag, rest)) = key.split_first() else { return false };
+        let Some((&tag, rest)) = key.split_first() else {
+            return false;
+        };
         if tag == 0 {
             return true;
         }
         let len = match ty {
             DataType::Bool => 1,
             DataType::Int | DataType::Float => 8,
-            DataType::Str => 4 + u32::from_le_bytes(rest[..4].try_into().unwrap_or_default()) as usize,
+            DataType::Str => {
+                4 + u32::from_le_bytes(rest[..4].try_into().unwrap_or_default()) as usize
+            }
         };
         key = &rest[len..];
     }

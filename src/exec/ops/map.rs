@@ -15,7 +15,11 @@ pub(crate) struct Map {
 
 impl Map {
     pub(crate) fn new(columns: Arc<Vec<MapColumn>>, output: SchemaRef) -> Map {
-        Map { columns, output, failed: Vec::new() }
+        Map {
+            columns,
+            output,
+            failed: Vec::new(),
+        }
     }
 }
 
@@ -48,7 +52,9 @@ impl Operator for Map {
         }
         let mapped = batch.with_columns(self.output.clone(), out);
         if any_failed {
-            let good: Vec<u32> = (0..n as u32).filter(|&r| !self.failed[r as usize]).collect();
+            let good: Vec<u32> = (0..n as u32)
+                .filter(|&r| !self.failed[r as usize])
+                .collect();
             ctx.emit(mapped.take_rows(&good));
         } else {
             ctx.emit(mapped);

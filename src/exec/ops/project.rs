@@ -18,7 +18,11 @@ impl Project {
 
 impl Operator for Project {
     fn on_batch(&mut self, _port: usize, batch: Batch, ctx: &mut OpCtx<'_>) {
-        let columns = self.keep.iter().map(|&i| batch.columns()[i].clone()).collect();
+        let columns = self
+            .keep
+            .iter()
+            .map(|&i| batch.columns()[i].clone())
+            .collect();
         ctx.emit(batch.with_columns(self.output.clone(), columns));
     }
 }

@@ -39,7 +39,9 @@ struct Session {
 
 impl SessionWindow {
     pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> SessionWindow {
-        let WindowKind::Session { gap_ms } = plan.kind else { unreachable!("only session windows come here") };
+        let WindowKind::Session { gap_ms } = plan.kind else {
+            unreachable!("only session windows come here")
+        };
         SessionWindow {
             plan,
             bins,
@@ -54,7 +56,8 @@ impl SessionWindow {
     }
 
     fn purge_time(&self, span: &Span) -> i64 {
-        span.max_timestamp().saturating_add(self.plan.allowed_lateness_ms)
+        span.max_timestamp()
+            .saturating_add(self.plan.allowed_lateness_ms)
     }
 
     fn emit(plan: &WindowPlan, key: &[u8], s: &Session, ingest_ns: u64, out: &mut BatchBuilder) {
@@ -87,7 +90,9 @@ impl Operator for SessionWindow {
         let plan = self.plan.clone();
         let aggs = Aggregates::new(&plan.aggregates);
         let args = aggs.eval(&batch, |row, reason| ctx.dead_letter(&batch, row, reason));
-        self.last_ingest_ns = self.last_ingest_ns.max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
+        self.last_ingest_ns = self
+            .last_ingest_ns
+            .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         let mut late = Vec::new();
         let mut out = BatchBuilder::new(plan.output.clone(), 16, true);
         for row in 0..batch.len() {
@@ -105,10 +110,16 @@ impl Operator for SessionWindow {
             plan.key.encode(&batch, row, &mut self.key_scratch);
             let sessions = match self.state[bin as usize].get_mut(self.key_scratch.as_slice()) {
                 Some(s) => s,
-                None => self.state[bin as usize].entry(self.key_scratch.clone().into_boxed_slice()).or_default(),
+                None => self.state[bin as usize]
+                    .entry(self.key_scratch.clone().into_boxed_slice())
+                    .or_default(),
             };
             // Merge every session the new event touches into one.
-            let mut merged = Session { span: opened, accs: Vec::with_capacity(aggs.len()), fired: false };
+            let mut merged = Session {
+                span: opened,
+                accs: Vec::with_capacity(aggs.len()),
+                fired: false,
+            };
             aggs.init(&mut merged.accs);
             aggs.update(&mut merged.accs, &args, row, ts);
             let mut i = 0;
@@ -128,11 +139,24 @@ impl Operator for SessionWindow {
                 // A late event updated a session that is already due: emit
                 // the updated result at once.
                 merged.fired = true;
-                Self::emit(&plan, &self.key_scratch, &merged, self.last_ingest_ns, &mut out);
+                Self::emit(
+                    &plan,
+                    &self.key_scratch,
+                    &merged,
+                    self.last_ingest_ns,
+                    &mut out,
+                );
             }
-            let timer = if fire_now { fire_at.saturating_add(plan.allowed_lateness_ms) } else { fire_at };
+            let timer = if fire_now {
+                fire_at.saturating_add(plan.allowed_lateness_ms)
+            } else {
+                fire_at
+            };
             sessions.insert(at, merged);
-            self.timers.entry(timer).or_default().push((bin, self.key_scratch.clone().into_boxed_slice()));
+            self.timers
+                .entry(timer)
+                .or_default()
+                .push((bin, self.key_scratch.clone().into_boxed_slice()));
             self.flush(&mut out, ctx, false);
         }
         self.flush(&mut out, ctx, true);
@@ -153,7 +177,9 @@ impl Operator for SessionWindow {
                 break;
             }
             for (bin, key) in entry.remove() {
-                let Some(sessions) = self.state[bin as usize].get_mut(&key) else { continue };
+                let Some(sessions) = self.state[bin as usize].get_mut(&key) else {
+                    continue;
+                };
                 let mut retry = Vec::new();
                 for s in sessions.iter_mut() {
                     if !s.fired && s.span.max_timestamp() <= watermark {
@@ -162,10 +188,19 @@ impl Operator for SessionWindow {
                         if out.len() >= self.batch_size {
                             ctx.emit(out.take());
                         }
-                        retry.push(s.span.max_timestamp().saturating_add(plan.allowed_lateness_ms));
+                        retry.push(
+                            s.span
+                                .max_timestamp()
+                                .saturating_add(plan.allowed_lateness_ms),
+                        );
                     }
                 }
-                sessions.retain(|s| s.span.max_timestamp().saturating_add(plan.allowed_lateness_ms) > watermark);
+                sessions.retain(|s| {
+                    s.span
+                        .max_timestamp()
+                        .saturating_add(plan.allowed_lateness_ms)
+                        > watermark
+                });
                 if sessions.is_empty() {
                     self.state[bin as usize].remove(&key);
                 } else {

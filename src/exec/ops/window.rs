@@ -61,14 +61,24 @@ struct Pane {
 
 impl Pane {
     fn key(&self, entry: usize) -> &[u8] {
-        let start = if entry == 0 { 0 } else { self.key_ends[entry - 1] as usize };
+        let start = if entry == 0 {
+            0
+        } else {
+            self.key_ends[entry - 1] as usize
+        };
         &self.keys[start..self.key_ends[entry] as usize]
     }
 
     /// The entry of `key`, created with fresh accumulators if new.
     #[inline]
     fn entry(&mut self, hash: u64, key: &[u8], aggs: &Aggregates<'_>) -> usize {
-        let Pane { index, hashes, key_ends, keys, accs } = self;
+        let Pane {
+            index,
+            hashes,
+            key_ends,
+            keys,
+            accs,
+        } = self;
         let found = index.find(hash, |&e| {
             let e = e as usize;
             let start = if e == 0 { 0 } else { key_ends[e - 1] as usize };
@@ -116,7 +126,15 @@ impl Window {
     }
 
     /// Appends one result row per entry of `pane` to `out`.
-    fn emit_pane(plan: &WindowPlan, pane: &Pane, entries: impl Iterator<Item = usize>, start: i64, end: i64, ingest_ns: u64, out: &mut Output<'_, '_>) {
+    fn emit_pane(
+        plan: &WindowPlan,
+        pane: &Pane,
+        entries: impl Iterator<Item = usize>,
+        start: i64,
+        end: i64,
+        ingest_ns: u64,
+        out: &mut Output<'_, '_>,
+    ) {
         let aggs = Aggregates::new(&plan.aggregates);
         let n_aggs = aggs.len();
         let n_keys = plan.key.types().len();
@@ -161,7 +179,9 @@ impl Operator for Window {
         let aggs = Aggregates::new(&plan.aggregates);
         let n_aggs = aggs.len();
         let args = aggs.eval(&batch, |row, reason| ctx.dead_letter(&batch, row, reason));
-        self.last_ingest_ns = self.last_ingest_ns.max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
+        self.last_ingest_ns = self
+            .last_ingest_ns
+            .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
         let bins = self.bins as usize;
         let tumbling = self.size_ms == self.slide_ms;
@@ -186,7 +206,10 @@ impl Operator for Window {
                     accepted = true;
                     if current.as_ref().is_none_or(|(s, _)| *s != start) {
                         current = None;
-                        let panes = self.windows.entry(start).or_insert_with(|| Panes::new(end, bins));
+                        let panes = self
+                            .windows
+                            .entry(start)
+                            .or_insert_with(|| Panes::new(end, bins));
                         current = Some((start, panes));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
@@ -204,7 +227,10 @@ impl Operator for Window {
                         continue;
                     }
                     accepted = true;
-                    let panes = self.windows.entry(w.start).or_insert_with(|| Panes::new(w.end, bins));
+                    let panes = self
+                        .windows
+                        .entry(w.start)
+                        .or_insert_with(|| Panes::new(w.end, bins));
                     let pane = panes.bins[bin as usize].get_or_insert_with(Box::default);
                     let e = pane.entry(hash, &self.key_scratch, &aggs);
                     aggs.update(&mut pane.accs[e * n_aggs..(e + 1) * n_aggs], &args, row, ts);
@@ -227,11 +253,25 @@ impl Operator for Window {
         if !self.refire.is_empty() {
             self.refire.sort_unstable();
             self.refire.dedup();
-            let mut out = Output { builder: BatchBuilder::new(plan.output.clone(), self.refire.len(), true), batch_size: self.batch_size, ctx };
+            let mut out = Output {
+                builder: BatchBuilder::new(plan.output.clone(), self.refire.len(), true),
+                batch_size: self.batch_size,
+                ctx,
+            };
             for &(start, bin, e) in &self.refire {
                 let panes = &self.windows[&start];
-                let pane = panes.bins[bin as usize].as_ref().expect("refired pane exists");
-                Self::emit_pane(&plan, pane, std::iter::once(e as usize), start, panes.end, self.last_ingest_ns, &mut out);
+                let pane = panes.bins[bin as usize]
+                    .as_ref()
+                    .expect("refired pane exists");
+                Self::emit_pane(
+                    &plan,
+                    pane,
+                    std::iter::once(e as usize),
+                    start,
+                    panes.end,
+                    self.last_ingest_ns,
+                    &mut out,
+                );
             }
             out.done();
             self.refire.clear();
@@ -241,7 +281,11 @@ impl Operator for Window {
     fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
         self.watermark = watermark;
         let plan = self.plan.clone();
-        let mut out = Output { builder: BatchBuilder::new(plan.output.clone(), self.batch_size, true), batch_size: self.batch_size, ctx };
+        let mut out = Output {
+            builder: BatchBuilder::new(plan.output.clone(), self.batch_size, true),
+            batch_size: self.batch_size,
+            ctx,
+        };
         for (&start, panes) in self.windows.iter_mut() {
             if panes.end - 1 > watermark {
                 break;
@@ -249,7 +293,15 @@ impl Operator for Window {
             if !panes.fired {
                 panes.fired = true;
                 for pane in panes.bins.iter().flatten() {
-                    Self::emit_pane(&plan, pane, 0..pane.hashes.len(), start, panes.end, self.last_ingest_ns, &mut out);
+                    Self::emit_pane(
+                        &plan,
+                        pane,
+                        0..pane.hashes.len(),
+                        start,
+                        panes.end,
+                        self.last_ingest_ns,
+                        &mut out,
+                    );
                 }
             }
         }
@@ -266,6 +318,10 @@ impl Operator for Window {
 
 impl Panes {
     fn new(end: i64, bins: usize) -> Panes {
-        Panes { end, fired: false, bins: (0..bins).map(|_| None).collect() }
+        Panes {
+            end,
+            fired: false,
+            bins: (0..bins).map(|_| None).collect(),
+        }
     }
 }

@@ -104,7 +104,9 @@ impl<'p> Aggregates<'p> {
                 (AggFunc::Max, Some(DataType::Str)) => AccState::MaxStr(None),
                 (AggFunc::Min, _) => AccState::Num(Acc::MinInt(None)),
                 (AggFunc::Max, _) => AccState::Num(Acc::MaxInt(None)),
-                (AggFunc::Avg, Some(DataType::Float)) => AccState::Num(Acc::AvgFloat { sum: 0.0, n: 0 }),
+                (AggFunc::Avg, Some(DataType::Float)) => {
+                    AccState::Num(Acc::AvgFloat { sum: 0.0, n: 0 })
+                }
                 (AggFunc::Avg, _) => AccState::Num(Acc::AvgInt { sum: 0, n: 0 }),
                 (AggFunc::First, _) => AccState::First(None),
                 (AggFunc::Last, _) => AccState::Last(None),
@@ -117,7 +119,11 @@ impl<'p> Aggregates<'p> {
     /// is reported through `dead_letter` and marked failed.
     pub(super) fn eval(&self, batch: &Batch, mut dead_letter: impl FnMut(usize, &str)) -> Args {
         let n = batch.len();
-        let mut args = Args { columns: Vec::with_capacity(self.calls.len()), failed: vec![false; n], any_failed: false };
+        let mut args = Args {
+            columns: Vec::with_capacity(self.calls.len()),
+            failed: vec![false; n],
+            any_failed: false,
+        };
         for call in self.calls {
             let Some(arg) = &call.arg else {
                 args.columns.push(None);
@@ -175,7 +181,9 @@ impl<'p> Aggregates<'p> {
                     let v = col.get(row);
                     let better = match slot {
                         None => true,
-                        Some((t, cur)) => ts < *t || (ts == *t && value_cmp(v, cur.as_ref()).is_lt()),
+                        Some((t, cur)) => {
+                            ts < *t || (ts == *t && value_cmp(v, cur.as_ref()).is_lt())
+                        }
                     };
                     if better {
                         *slot = Owned::from_ref(v).map(|o| (ts, o));
@@ -185,7 +193,9 @@ impl<'p> Aggregates<'p> {
                     let v = col.get(row);
                     let better = match slot {
                         None => true,
-                        Some((t, cur)) => ts > *t || (ts == *t && value_cmp(v, cur.as_ref()).is_gt()),
+                        Some((t, cur)) => {
+                            ts > *t || (ts == *t && value_cmp(v, cur.as_ref()).is_gt())
+                        }
                     };
                     if better {
                         *slot = Owned::from_ref(v).map(|o| (ts, o));
@@ -216,13 +226,17 @@ impl<'p> Aggregates<'p> {
                     }
                 }
                 (AccState::First(x), AccState::First(Some((t, v)))) => {
-                    let better = x.as_ref().is_none_or(|(ct, cv)| t < ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_lt()));
+                    let better = x.as_ref().is_none_or(|(ct, cv)| {
+                        t < ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_lt())
+                    });
                     if better {
                         *x = Some((*t, v.clone()));
                     }
                 }
                 (AccState::Last(x), AccState::Last(Some((t, v)))) => {
-                    let better = x.as_ref().is_none_or(|(ct, cv)| t > ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_gt()));
+                    let better = x.as_ref().is_none_or(|(ct, cv)| {
+                        t > ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_gt())
+                    });
                     if better {
                         *x = Some((*t, v.clone()));
                     }

@@ -18,14 +18,8 @@ mod tests;
 
 use crate::data::{Batch, BatchBuilder, SchemaRef};
 
-// The interface below is what sources and sinks call; until they are wired
-// nothing in the crate does, and dead-code warnings would cascade through
-// this whole folder. Remove these `allow`s once the I/O layer uses it.
-
-#[allow(unused_imports)]
 pub(crate) use time::parse_rfc3339_ms;
 
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Format {
     Json,
@@ -43,7 +37,6 @@ enum DecoderInner {
     Csv(csv_decode::CsvDecoder),
 }
 
-#[allow(dead_code)]
 impl Decoder {
     /// `event_time`: the index of the field holding the event time (an `int`
     /// of epoch milliseconds or a `string` in RFC 3339), if the stream is timed.
@@ -102,7 +95,6 @@ enum EncoderInner {
     Csv,
 }
 
-#[allow(dead_code)]
 impl Encoder {
     pub(crate) fn new(format: Format) -> Encoder {
         let inner = match format {

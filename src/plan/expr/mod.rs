@@ -25,7 +25,8 @@ pub(crate) type EvalResult<T> = Result<Option<T>, EvalError>;
 pub(crate) type BoolFn = Box<dyn Fn(&Batch, usize) -> EvalResult<bool> + Send + Sync>;
 pub(crate) type IntFn = Box<dyn Fn(&Batch, usize) -> EvalResult<i64> + Send + Sync>;
 pub(crate) type FloatFn = Box<dyn Fn(&Batch, usize) -> EvalResult<f64> + Send + Sync>;
-pub(crate) type StrFn = Box<dyn for<'b> Fn(&'b Batch, usize) -> EvalResult<Cow<'b, str>> + Send + Sync>;
+pub(crate) type StrFn =
+    Box<dyn for<'b> Fn(&'b Batch, usize) -> EvalResult<Cow<'b, str>> + Send + Sync>;
 
 /// A compiled expression; `None` results are SQL NULL.
 pub(crate) enum Compiled {
@@ -47,7 +48,12 @@ impl Compiled {
 
     /// Evaluates row `row` and appends the result to `out`, a column of
     /// this expression's type.
-    pub(crate) fn eval_into(&self, batch: &Batch, row: usize, out: &mut Column) -> Result<(), EvalError> {
+    pub(crate) fn eval_into(
+        &self,
+        batch: &Batch,
+        row: usize,
+        out: &mut Column,
+    ) -> Result<(), EvalError> {
         match self {
             Compiled::Bool(f) => match f(batch, row)? {
                 Some(v) => out.push_bool(v),
