@@ -11,7 +11,6 @@ use super::excerpt;
 /// but an offset (`Z`, `+01:00`) is required: a local date-time names no
 /// instant. Sub-millisecond digits are floored, so that an instant never
 /// lands in a later window than the one it happened in, negative times too.
-#[allow(dead_code)] // see the note in `mod.rs`
 pub(crate) fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     let ts: jiff::Timestamp = s.parse().ok()?;
     i64::try_from(ts.as_nanosecond().div_euclid(1_000_000)).ok()

@@ -16,10 +16,6 @@
 //! For wcount the defaults (`start_ms` 0, 100 000 events/s) make
 //! `start_ms + i * 1000 / events_per_second` exactly WORKLOADS.md's `i / 100`.
 
-// Nothing outside calls the generators until the source operator lands;
-// drop this then, so that real dead code shows again.
-#![allow(dead_code)]
-
 mod mix;
 mod nexmark;
 mod readings;
