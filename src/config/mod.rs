@@ -9,7 +9,6 @@ mod validate;
 
 pub(crate) use diag::{Context, Diagnostics, Sp};
 pub(crate) use model::*;
-pub(crate) use table::parse_duration;
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(

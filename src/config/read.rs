@@ -582,7 +582,7 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
         );
         None
     };
-    let mut need =
+    let need =
         |w: &mut TableReader<'_, '_>, d: &mut Diagnostics, key: &'static str| -> Option<i64> {
             if w.has(key) {
                 w.duration_ms(d, key, false).map(|v| v.value)

@@ -47,10 +47,6 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub(crate) fn component_ctx(&self) -> Context {
-        self.context.clone()
-    }
-
     /// The raw value of `key`, marking it known.
     pub(crate) fn raw(&mut self, key: &'static str) -> Option<&'a Spanned<DeValue<'i>>> {
         self.known.push(key);

@@ -155,10 +155,6 @@ impl BatchBuilder {
         }
     }
 
-    pub(crate) fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
     /// Finished rows so far.
     #[inline]
     pub(crate) fn len(&self) -> usize {

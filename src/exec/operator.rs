@@ -29,8 +29,6 @@ pub(crate) struct OpCtx<'a> {
     pub(crate) component: &'a str,
     pub(crate) metrics: &'a OpMetrics,
     pub(crate) dead_letter: &'a DeadLetter,
-    /// The operator's current input watermark.
-    pub(crate) watermark: i64,
     /// Time the operator spent waiting (on a writer), not working.
     pub(crate) blocked_ns: u64,
 }

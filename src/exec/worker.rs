@@ -205,7 +205,6 @@ impl Worker {
             component: &state.component,
             metrics: &state.metrics,
             dead_letter: &self.shared.dead_letter,
-            watermark: state.watermark,
             blocked_ns: 0,
         };
         f(op.as_mut(), &mut ctx);

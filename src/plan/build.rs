@@ -85,10 +85,9 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             inputs: plan_inputs,
             outputs: outputs
                 .into_iter()
-                .map(|(name, schema, timed)| PlanOutput {
+                .map(|(name, schema, _)| PlanOutput {
                     name,
                     schema,
-                    timed,
                     consumers: Vec::new(),
                 })
                 .collect(),

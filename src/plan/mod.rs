@@ -55,8 +55,6 @@ pub(crate) struct PlanOutput {
     /// The stream's name: the component id, or the `late_output` name.
     pub(crate) name: String,
     pub(crate) schema: SchemaRef,
-    /// Whether records carry event time.
-    pub(crate) timed: bool,
     /// Consuming `(node, input port)` pairs.
     pub(crate) consumers: Vec<(usize, usize)>,
 }

@@ -205,7 +205,6 @@ impl Operator for Window {
                 if !expired(end) {
                     accepted = true;
                     if current.as_ref().is_none_or(|(s, _)| *s != start) {
-                        current = None;
                         let panes = self
                             .windows
                             .entry(start)
