@@ -15,7 +15,7 @@ use super::node::{KBool, KInt, KStr, Node, Operand};
 use super::parse::byte_offset;
 use crate::data::{DataType, Schema};
 
-pub(crate) const SUPPORTED: &str = "supported are literals, field names, arithmetic (+ - * / %), ||, \
+const SUPPORTED: &str = "supported are literals, field names, arithmetic (+ - * / %), ||, \
 comparisons, AND/OR/NOT, IS [NOT] NULL/TRUE/FALSE, BETWEEN, IN (list), LIKE/ILIKE, CASE, CAST/TRY_CAST \
 and scalar functions";
 
@@ -155,7 +155,7 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn field(&self, name: &str, at: usize) -> Result<Node, ExprError> {
+    pub(crate) fn field(&self, name: &str, at: usize) -> Result<Node, ExprError> {
         let (i, ty) = resolve_field(self.schema, name).map_err(|m| self.error(at, m))?;
         self.field_refs.set(self.field_refs.get() + 1);
         Ok(match ty {

@@ -73,6 +73,13 @@ pub(crate) fn function_name(f: &Function) -> Option<String> {
 
 impl Compiler<'_> {
     pub(crate) fn function(&self, f: &Function, at: usize) -> Result<Node, ExprError> {
+        // sqlparser reads a few bare words (`user`, `current_date`, ...) as
+        // calls without parentheses; here they can only be field names.
+        if matches!(f.args, FunctionArguments::None)
+            && let [ObjectNamePart::Identifier(ident)] = &f.name.0[..]
+        {
+            return self.field(&ident.value, at);
+        }
         let Some(name) = function_name(f) else {
             return Err(self.error(at, format!("unknown function `{}`", f.name)));
         };

@@ -90,3 +90,13 @@ fn unsupported_syntax_says_what_is_supported() {
     assert_err("x'AB'", 0, "literal `X'AB'` is not supported");
     assert_err("n = ANY(ts)", 0, "is not supported here");
 }
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
+    let e = err(&deep);
+    assert_eq!(e.message, "expression is nested too deeply");
+    // Within the limit nesting is fine.
+    let ok = format!("{}n{}", "(".repeat(20), " + 1)".repeat(20));
+    assert_eq!(eval(&ok), I(27));
+}

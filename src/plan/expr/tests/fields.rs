@@ -188,3 +188,23 @@ fn eval_into_appends_values_and_nulls() {
         Err(EvalError("division by zero".into()))
     );
 }
+
+#[test]
+fn bare_words_sqlparser_reads_as_calls_are_fields() {
+    let schema = Schema::new(vec![
+        Field::new("user", DataType::Str),
+        Field::new("current_date", DataType::Int),
+    ]);
+    let one = rows(
+        schema.clone(),
+        &[vec![ValueRef::Str("ann"), ValueRef::Int(20240101)]],
+    );
+    assert_eq!(
+        run(&compile("user = 'ann'", &schema).unwrap(), &one, 0).unwrap(),
+        B(true)
+    );
+    assert_eq!(
+        run(&compile("current_date + 1", &schema).unwrap(), &one, 0).unwrap(),
+        I(20240102)
+    );
+}

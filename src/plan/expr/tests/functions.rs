@@ -47,6 +47,7 @@ fn string_functions() {
         ("position('x' IN name)", I(0)),
         ("position('' IN name)", I(1)),
         ("position('c' IN 'ünïcødé')", I(4)),
+        ("position('World', name)", I(7)),
         ("lpad(sensor, 5)", s("   a1")),
         ("lpad(sensor, 5, 'xy')", s("xyxa1")),
         ("rpad(sensor, 5, 'xy')", s("a1xyx")),
@@ -378,6 +379,6 @@ fn unsupported_call_forms() {
     assert_err(
         "current_timestamp",
         0,
-        "unknown function `current_timestamp`",
+        "unknown field `current_timestamp`; fields here:",
     );
 }
