@@ -2,8 +2,31 @@
 //!
 //! Parsing is sqlparser's; type checking and compilation are eddy's. The AST
 //! is walked once, at plan time; per record only closures run.
+//!
+//! Layout: `parse` (text to AST, positions), `compile` (the AST walk and
+//! type checks) with one file per group of operators (`arith`, `compare`,
+//! `logic`, `like`, `cast`, `conditional`) and functions (`functions`
+//! dispatches to `strings` and `math`), `node` (the typed intermediate form
+//! the operators build on), `names` (field lookup) and `aggregate`.
 
 use std::borrow::Cow;
+
+mod aggregate;
+mod arith;
+mod cast;
+mod compare;
+mod compile;
+mod conditional;
+mod functions;
+mod like;
+mod logic;
+mod math;
+mod names;
+mod node;
+mod parse;
+mod strings;
+#[cfg(test)]
+mod tests;
 
 use crate::data::{Batch, Column, DataType, Schema};
 
@@ -78,8 +101,10 @@ impl Compiled {
 
 /// Parses `text` as one SQL expression and compiles it against `schema`.
 pub(crate) fn compile(text: &str, schema: &Schema) -> Result<Compiled, ExprError> {
-    let _ = (text, schema);
-    todo!("expression compiler")
+    let expr = parse::parse(text)?;
+    Ok(compile::Compiler::new(text, schema)
+        .expr(&expr)?
+        .into_compiled())
 }
 
 /// The aggregate functions of a `window` transform.
@@ -110,6 +135,5 @@ pub(crate) struct AggCall {
 
 /// Parses and type-checks an aggregate call against the window's input.
 pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, ExprError> {
-    let _ = (text, schema);
-    todo!("aggregate compiler")
+    aggregate::compile_aggregate(text, schema)
 }

@@ -1,0 +1,102 @@
+//! Parse errors, unsupported syntax and error positions.
+
+use super::super::parse::byte_offset;
+use super::*;
+use sqlparser::tokenizer::Location;
+
+#[test]
+fn byte_offsets_count_chars_and_lines() {
+    let text = "ab\nçd é\nx";
+    let at = |line, column| byte_offset(text, Location { line, column });
+    assert_eq!(at(1, 1), Some(0));
+    assert_eq!(at(1, 3), Some(2));
+    assert_eq!(at(2, 1), Some(3));
+    assert_eq!(at(2, 2), Some(5)); // after the two-byte `ç`
+    assert_eq!(at(2, 4), Some(7));
+    assert_eq!(at(3, 1), Some(10));
+    assert_eq!(at(0, 0), None);
+}
+
+#[test]
+fn parse_errors_keep_sqlparser_message_with_position() {
+    let e = err("temp > ");
+    assert_eq!(e.message, "Expected: an expression, found: EOF");
+    assert_eq!(e.offset, 7);
+    let e = err("temp > )");
+    assert_eq!(e.message, "Expected: an expression, found: )");
+    assert_eq!(e.offset, 7);
+    let e = err("'é' = )");
+    assert_eq!(e.offset, 7); // column 7, byte 7 (é is two bytes)
+    let e = err("a = 'unterminated");
+    assert_eq!(e.message, "Unterminated string literal");
+    assert_eq!(e.offset, 4);
+    let e = err("temp >\n  (1 +\n  )");
+    assert_eq!(e.offset, 16);
+    let e = err("");
+    assert_eq!(e.message, "Expected: an expression, found: EOF");
+}
+
+#[test]
+fn trailing_input_is_an_error() {
+    assert_err(
+        "temp > 1 temp",
+        9,
+        "unexpected `temp` after the end of the expression",
+    );
+    assert_err(
+        "temp > 1;",
+        8,
+        "unexpected `;` after the end of the expression",
+    );
+    assert_err(
+        "SELECT 1",
+        7,
+        "unexpected `1` after the end of the expression",
+    );
+}
+
+#[test]
+fn offsets_point_at_the_offending_node() {
+    assert_err("temp > 30 AND tmp < 3", 14, "unknown field `tmp`");
+    assert_err("ok AND\n  nope", 9, "unknown field `nope`");
+    assert_err("'ü' || upper(ñ)", 14, "unknown field `ñ`");
+    assert_err("n + 1 > 'a'", 0, "cannot compare int with string");
+    assert_err("upper(sensor, 'x')", 0, "`upper` takes 1 argument, got 2");
+    assert_err(
+        "coalesce(n, 1) + upper(2)",
+        23,
+        "`upper` needs a string, got int",
+    );
+}
+
+#[test]
+fn unsupported_syntax_says_what_is_supported() {
+    assert_err("(SELECT 1)", 1, "subqueries are not supported");
+    assert_err("EXISTS (SELECT 1)", 8, "subqueries are not supported");
+    assert_err("n ^ 2", 0, "operator `^` is not supported; use power(x, y)");
+    assert_err(
+        "n & 2",
+        0,
+        "operator `&` is not supported; supported are literals",
+    );
+    assert_err("sensor ~ 'a'", 0, "operator `~` is not supported");
+    assert_err("$1 > n", 0, "placeholders such as `$1` are not supported");
+    assert_err(
+        "ARRAY[1, 2]",
+        6,
+        "is not supported here; supported are literals",
+    );
+    assert_err("INTERVAL '1' DAY", 9, "typed literals");
+    assert_err("x'AB'", 0, "literal `X'AB'` is not supported");
+    assert_err("n = ANY(ts)", 0, "is not supported here");
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
+    let e = err(&deep);
+    assert_eq!(e.message, "expression is nested too deeply");
+    // Within the limit nesting is fine.
+    let ok = format!("{}n{}", "(".repeat(20), " + 1)".repeat(20));
+    assert_eq!(eval(&ok), I(27));
+}
