@@ -106,10 +106,9 @@ impl Compiler<'_> {
     ) -> Result<Node, ExprError> {
         let a = self.expr(left)?;
         let b = self.expr(right)?;
-        if a.ty() != Some(DataType::Str)
-            && b.ty() != Some(DataType::Str)
-            && !(a.ty().is_none() || b.ty().is_none())
-        {
+        // One side must be text (or an untyped NULL); `1 || 2` is a mistake.
+        let textual = |n: &Node| matches!(n.ty(), None | Some(DataType::Str));
+        if !textual(&a) && !textual(&b) {
             return Err(self.error(
                 at,
                 format!(
