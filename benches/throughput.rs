@@ -22,8 +22,14 @@ struct Args {
 
 fn args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
-    let only = argv.iter().position(|a| a == "--only").and_then(|i| argv.get(i + 1).cloned());
-    Args { quick: argv.iter().any(|a| a == "--quick"), only }
+    let only = argv
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| argv.get(i + 1).cloned());
+    Args {
+        quick: argv.iter().any(|a| a == "--quick"),
+        only,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -61,7 +67,11 @@ fn wcount_vs_timely(runs: usize, events: u64) {
             e.verify().expect("eddy wcount totals are exact");
             eddy.push(e.events_per_s / 1e6);
             let t = timely_wcount::run(events, workers);
-            assert_eq!((t.rows, t.count_total, t.sum_total), eddy::wcount_expected(events), "timely totals are exact");
+            assert_eq!(
+                (t.rows, t.count_total, t.sum_total),
+                eddy::wcount_expected(events),
+                "timely totals are exact"
+            );
             timely.push(events as f64 / t.seconds / 1e6);
         }
         let (e, t) = (median(eddy), median(timely));
@@ -74,7 +84,10 @@ fn wcount_vs_timely(runs: usize, events: u64) {
 fn queries() -> Vec<(&'static str, &'static str)> {
     vec![
         ("Q0 pass-through", ""),
-        ("Q1 currency map", "[transforms.q]\ntype = \"map\"\ninputs = [\"bids\"]\nfields = { price = \"0.908 * price\" }\n"),
+        (
+            "Q1 currency map",
+            "[transforms.q]\ntype = \"map\"\ninputs = [\"bids\"]\nfields = { price = \"0.908 * price\" }\n",
+        ),
         (
             "Q2 selection",
             "[transforms.f]\ntype = \"filter\"\ninputs = [\"bids\"]\ncondition = \"auction % 123 = 0\"\n[transforms.q]\ntype = \"select\"\ninputs = [\"f\"]\nfields = [\"auction\", \"price\"]\n",
@@ -89,7 +102,9 @@ fn queries() -> Vec<(&'static str, &'static str)> {
 fn nexmark_pipeline(query: &str, events: u64, rate: Option<u64>) -> String {
     let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
     let into = if query.is_empty() { "bids" } else { "q" };
-    format!("[node]\nworkers = 1\n[sources.bids]\ntype = \"generator\"\nschema = \"nexmark\"\nevents = \"bid\"\ncount = {events}\n{rate}{query}[sinks.out]\ntype = \"blackhole\"\ninputs = [\"{into}\"]\n")
+    format!(
+        "[node]\nworkers = 1\n[sources.bids]\ntype = \"generator\"\nschema = \"nexmark\"\nevents = \"bid\"\ncount = {events}\n{rate}{query}[sinks.out]\ntype = \"blackhole\"\ninputs = [\"{into}\"]\n"
+    )
 }
 
 fn nexmark(runs: usize, events: u64) {
@@ -120,12 +135,27 @@ fn latency(events: u64) {
     let rate = (max / 2.0) as u64;
     let seconds = 5;
     let started = Instant::now();
-    let r = eddy::run_pipeline_str(&nexmark_pipeline(query, rate * seconds, Some(rate))).expect("runs");
-    let p = r.component("out").unwrap().latency_us.expect("the sink measured latency");
+    let r =
+        eddy::run_pipeline_str(&nexmark_pipeline(query, rate * seconds, Some(rate))).expect("runs");
+    let p = r
+        .component("out")
+        .unwrap()
+        .latency_us
+        .expect("the sink measured latency");
     println!("## Latency of Q1 at half load ({rate} events/s for {seconds} s, 1 worker)\n");
     println!("| p50 ms | p99 ms | p99.9 ms | max ms |");
     println!("|---|---|---|---|");
     let ms = |us: u64| us as f64 / 1000.0;
-    println!("| {:.3} | {:.3} | {:.3} | {:.3} |", ms(p.p50), ms(p.p99), ms(p.p999), ms(p.max));
-    println!("\n(maximum measured first: {:.1} M events/s; paced run took {:.1} s)", max / 1e6, started.elapsed().as_secs_f64());
+    println!(
+        "| {:.3} | {:.3} | {:.3} | {:.3} |",
+        ms(p.p50),
+        ms(p.p99),
+        ms(p.p999),
+        ms(p.max)
+    );
+    println!(
+        "\n(maximum measured first: {:.1} M events/s; paced run took {:.1} s)",
+        max / 1e6,
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -13,15 +13,28 @@ use common::*;
 fn version_is_printed() {
     let out = eddy().arg("--version").output().unwrap();
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("eddy {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("eddy {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
 fn quickstart_prints_windows_and_ends_by_itself() {
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/quickstart.toml");
     let start = Instant::now();
-    let out = eddy().arg("run").arg(&config).arg("--stats").current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = eddy()
+        .arg("run")
+        .arg(&config)
+        .arg("--stats")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(start.elapsed() < Duration::from_secs(30));
     let rows = json_lines(&String::from_utf8_lossy(&out.stdout));
     // 5 s of event time, 4 sensors: one row per sensor and second (and the
@@ -30,17 +43,40 @@ fn quickstart_prints_windows_and_ends_by_itself() {
     for r in &rows {
         assert!(r["sensor"].as_str().unwrap().starts_with('s'));
         assert!(r["readings"].as_i64().unwrap() > 0);
-        assert!(r["avg_f"].as_f64().unwrap() > 68.0, "only readings above 20 °C pass: {r}");
-        assert_eq!(r["window_end"].as_i64().unwrap() - r["window_start"].as_i64().unwrap(), 1000);
+        assert!(
+            r["avg_f"].as_f64().unwrap() > 68.0,
+            "only readings above 20 °C pass: {r}"
+        );
+        assert_eq!(
+            r["window_end"].as_i64().unwrap() - r["window_start"].as_i64().unwrap(),
+            1000
+        );
     }
     let total: i64 = rows.iter().map(|r| r["readings"].as_i64().unwrap()).sum();
     let stats = String::from_utf8_lossy(&out.stderr);
-    assert!(stats.contains("p99 ms"), "--stats prints the table:\n{stats}");
+    assert!(
+        stats.contains("p99 ms"),
+        "--stats prints the table:\n{stats}"
+    );
     for component in ["readings", "warm", "fahrenheit", "per_sensor", "console"] {
-        assert!(stats.lines().any(|l| l.starts_with(component)), "{component} missing from stats:\n{stats}");
+        assert!(
+            stats.lines().any(|l| l.starts_with(component)),
+            "{component} missing from stats:\n{stats}"
+        );
     }
-    let warm_out: i64 = stats.lines().find(|l| l.starts_with("warm")).unwrap().split_whitespace().nth(3).unwrap().parse().unwrap();
-    assert_eq!(total, warm_out, "every warm reading is counted in exactly one window");
+    let warm_out: i64 = stats
+        .lines()
+        .find(|l| l.starts_with("warm"))
+        .unwrap()
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        total, warm_out,
+        "every warm reading is counted in exactly one window"
+    );
 }
 
 fn endless(s: &Scratch, rate: Option<u64>, sink: &str) -> std::path::PathBuf {
@@ -69,16 +105,28 @@ aggregates = {{ n = "count(*)" }}
 }
 
 fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
     assert!(ok.success());
 }
 
 #[test]
 fn sigterm_drains_fires_open_windows_and_exits_zero() {
     let s = Scratch::new();
-    let sink = format!("[sinks.out]\ntype = \"file\"\ninputs = [\"per_sensor\"]\npath = \"{}\"", s.path("out.jsonl").display());
+    let sink = format!(
+        "[sinks.out]\ntype = \"file\"\ninputs = [\"per_sensor\"]\npath = \"{}\"",
+        s.path("out.jsonl").display()
+    );
     let config = endless(&s, Some(20_000), &sink);
-    let mut child = eddy().arg("run").arg(&config).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     signal(child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -90,7 +138,12 @@ fn sigterm_drains_fires_open_windows_and_exits_zero() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("draining"), "{stderr}");
     let rows = json_lines(&s.read("out.jsonl"));
@@ -102,7 +155,10 @@ fn sigterm_drains_fires_open_windows_and_exits_zero() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no summary in {stderr}"));
     assert!(produced > 10_000);
-    assert_eq!(counted, produced, "draining fires every open window: nothing produced is lost");
+    assert_eq!(
+        counted, produced,
+        "draining fires every open window: nothing produced is lost"
+    );
 }
 
 #[test]
@@ -112,18 +168,37 @@ fn a_stalled_reader_of_stdout_slows_eddy_instead_of_filling_memory() {
     let config = endless(&s, None, sink);
     // Nobody reads stdout: the pipe fills, then the writer, the channels,
     // and the workers must all wait.
-    let mut child = eddy().arg("run").arg(&config).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let rss = |pid: u32| -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
     };
     std::thread::sleep(Duration::from_millis(1500));
     let early = rss(child.id());
     std::thread::sleep(Duration::from_millis(2500));
     let late = rss(child.id());
-    assert!(child.try_wait().unwrap().is_none(), "eddy exited while blocked");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "eddy exited while blocked"
+    );
     child.kill().unwrap();
     let _ = child.wait();
-    assert!(late < 200 * 1024, "RSS {late} KiB: memory grows while output is blocked");
-    assert!(late < early + 20 * 1024, "RSS grew from {early} KiB to {late} KiB while blocked");
+    assert!(
+        late < 200 * 1024,
+        "RSS {late} KiB: memory grows while output is blocked"
+    );
+    assert!(
+        late < early + 20 * 1024,
+        "RSS grew from {early} KiB to {late} KiB while blocked"
+    );
 }

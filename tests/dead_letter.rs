@@ -51,7 +51,15 @@ inputs = ["ratio"]
     let out = run_ok(&config);
     let rows = json_lines(&String::from_utf8_lossy(&out.stdout));
     let got: Vec<(String, i64)> = {
-        let mut v: Vec<_> = rows.iter().map(|r| (r["sensor"].as_str().unwrap().to_string(), r["ratio"].as_i64().unwrap())).collect();
+        let mut v: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["sensor"].as_str().unwrap().to_string(),
+                    r["ratio"].as_i64().unwrap(),
+                )
+            })
+            .collect();
         v.sort();
         v
     };
@@ -60,10 +68,20 @@ inputs = ["ratio"]
     let dead = json_lines(&s.read("dead.jsonl"));
     let summary: Vec<(String, Option<u64>, String)> = dead
         .iter()
-        .map(|d| (d["component"].as_str().unwrap().to_string(), d["line"].as_u64(), d["reason"].as_str().unwrap().to_string()))
+        .map(|d| {
+            (
+                d["component"].as_str().unwrap().to_string(),
+                d["line"].as_u64(),
+                d["reason"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let expect = [
-        ("in", Some(2), "field \"value\": expected int, found string \"ten\""),
+        (
+            "in",
+            Some(2),
+            "field \"value\": expected int, found string \"ten\"",
+        ),
         ("in", Some(3), "EOF while parsing"),
         ("in", Some(4), "expected a JSON object"),
         ("ratio", None, "division by zero"),
@@ -73,7 +91,9 @@ inputs = ["ratio"]
     assert_eq!(dead.len(), expect.len(), "dead letters: {dead:#?}");
     for (component, line, reason) in expect {
         assert!(
-            summary.iter().any(|(c, l, r)| c == component && *l == line && r.contains(reason)),
+            summary
+                .iter()
+                .any(|(c, l, r)| c == component && *l == line && r.contains(reason)),
             "no dead letter ({component}, {line:?}, {reason:?}) in {summary:#?}"
         );
     }
@@ -84,7 +104,10 @@ inputs = ["ratio"]
     assert_eq!(line4["record"], "[1,2,3]");
     assert!(line4["file"].as_str().unwrap().ends_with("in.jsonl"));
     let by_operator = dead.iter().find(|d| d["component"] == "ratio").unwrap();
-    assert_eq!(by_operator["record"]["sensor"], "d", "the failing record is kept whole");
+    assert_eq!(
+        by_operator["record"]["sensor"], "d",
+        "the failing record is kept whole"
+    );
 }
 
 #[test]
@@ -108,19 +131,52 @@ format = "csv"
             dl = s.path("dead.jsonl").display()
         ),
     );
-    let input = "ts,sensor,temp,extra\n1,a,20.5,x\n2,b,hot,x\n3,\"c, the third\",21,x\n4,d\n5,e,,x\n";
-    let mut child = eddy().arg("run").arg(&config).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let input =
+        "ts,sensor,temp,extra\n1,a,20.5,x\n2,b,hot,x\n3,\"c, the third\",21,x\n4,d\n5,e,,x\n";
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.remove(0), "sensor,temp,ts", "CSV output starts with its header");
+    assert_eq!(
+        lines.remove(0),
+        "sensor,temp,ts",
+        "CSV output starts with its header"
+    );
     lines.sort();
     assert_eq!(lines, vec!["\"c, the third\",21.0,3", "a,20.5,1", "e,,5"]);
     let dead = json_lines(&s.read("dead.jsonl"));
     assert_eq!(dead.len(), 2, "{dead:#?}");
     assert_eq!(dead[0]["file"], "-");
-    assert!(dead.iter().any(|d| d["line"] == 3 && d["reason"].as_str().unwrap().contains("\"hot\" is not a float")));
-    assert!(dead.iter().any(|d| d["line"] == 5 && d["reason"].as_str().unwrap().contains("expected 4 columns, found 2")));
+    assert!(dead.iter().any(|d| {
+        d["line"] == 3
+            && d["reason"]
+                .as_str()
+                .unwrap()
+                .contains("\"hot\" is not a float")
+    }));
+    assert!(dead.iter().any(|d| {
+        d["line"] == 5
+            && d["reason"]
+                .as_str()
+                .unwrap()
+                .contains("expected 4 columns, found 2")
+    }));
 }

@@ -17,11 +17,18 @@ fn late_records_update_within_lateness_and_go_to_late_output_beyond() {
     // Mostly in order; every 10th record is 0–3 s behind.
     let events: Vec<(String, i64)> = (0..3000)
         .map(|i| {
-            let behind = if i % 10 == 9 { rng.below(3000) as i64 } else { 0 };
+            let behind = if i % 10 == 9 {
+                rng.below(3000) as i64
+            } else {
+                0
+            };
             (format!("k{}", rng.below(5)), 1_000_000 + i * 10 - behind)
         })
         .collect();
-    let text: String = events.iter().map(|(k, ts)| format!("{}\n", json!({"k": k, "ts": ts}))).collect();
+    let text: String = events
+        .iter()
+        .map(|(k, ts)| format!("{}\n", json!({"k": k, "ts": ts})))
+        .collect();
     let input = s.write("in.jsonl", &text);
     let config = s.write(
         "p.toml",
@@ -58,8 +65,17 @@ path = "{late}"
             late = s.path("late.jsonl").display()
         ),
     );
-    let out = eddy().arg("run").arg(&config).arg("--stats").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = eddy()
+        .arg("run")
+        .arg(&config)
+        .arg("--stats")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Replay: the watermark before record i is the largest earlier ts - 1.
     let lateness = 1000;
@@ -75,20 +91,42 @@ path = "{late}"
         }
         wm = wm.max(ts - 1);
     }
-    assert!(late.len() > 50 && late.len() < 300, "the input should have some late records: {}", late.len());
-    assert_eq!(multiset(&json_lines(&s.read("late.jsonl"))), multiset(&late));
+    assert!(
+        late.len() > 50 && late.len() < 300,
+        "the input should have some late records: {}",
+        late.len()
+    );
+    assert_eq!(
+        multiset(&json_lines(&s.read("late.jsonl"))),
+        multiset(&late)
+    );
 
     // A window may be emitted several times (late updates); the last
     // (largest) count is the final one and must match.
     let mut final_counts: BTreeMap<(String, i64), i64> = BTreeMap::new();
     for r in json_lines(&s.read("rows.jsonl")) {
-        let key = (r["k"].as_str().unwrap().to_string(), r["window_start"].as_i64().unwrap());
+        let key = (
+            r["k"].as_str().unwrap().to_string(),
+            r["window_start"].as_i64().unwrap(),
+        );
         let n = r["n"].as_i64().unwrap();
         let slot = final_counts.entry(key).or_default();
         *slot = (*slot).max(n);
     }
     assert_eq!(final_counts, accepted);
     let stats = String::from_utf8_lossy(&out.stderr);
-    let late_column: u64 = stats.lines().find(|l| l.starts_with("w ")).unwrap().split_whitespace().nth(5).unwrap().parse().unwrap();
-    assert_eq!(late_column as usize, late.len(), "--stats counts the late records");
+    let late_column: u64 = stats
+        .lines()
+        .find(|l| l.starts_with("w "))
+        .unwrap()
+        .split_whitespace()
+        .nth(5)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        late_column as usize,
+        late.len(),
+        "--stats counts the late records"
+    );
 }

@@ -36,7 +36,10 @@ fn events(seed: u64, n: usize) -> Vec<Event> {
 fn write_events(s: &Scratch, name: &str, events: &[Event]) -> std::path::PathBuf {
     let mut text = String::new();
     for e in events {
-        text.push_str(&json!({"sensor": e.sensor, "value": e.value, "price": e.price, "ts": e.ts}).to_string());
+        text.push_str(
+            &json!({"sensor": e.sensor, "value": e.value, "price": e.price, "ts": e.ts})
+                .to_string(),
+        );
         text.push('\n');
     }
     s.write(name, &text)
@@ -44,7 +47,14 @@ fn write_events(s: &Scratch, name: &str, events: &[Event]) -> std::path::PathBuf
 
 const AGGREGATES: &str = r#"{ n = "count(*)", total = "sum(value)", lo = "min(value)", hi = "max(value)", mean = "avg(value)", cheapest = "min(price)", spent = "sum(price)", first_value = "first(value)", last_value = "last(value)", kinds = "count_distinct(value % 10)" }"#;
 
-fn config(s: &Scratch, input: &std::path::Path, window: &str, workers: usize, bins: usize, out: &str) -> std::path::PathBuf {
+fn config(
+    s: &Scratch,
+    input: &std::path::Path,
+    window: &str,
+    workers: usize,
+    bins: usize,
+    out: &str,
+) -> std::path::PathBuf {
     let text = format!(
         r#"
 [node]
@@ -81,8 +91,14 @@ path = "{out}"
 /// The reference: every aggregate of one group, computed plainly.
 fn aggregate(sensor: &str, group: &[&Event], start: i64, end: i64) -> Value {
     let values: Vec<i64> = group.iter().map(|e| e.value).collect();
-    let first = group.iter().min_by(|a, b| a.ts.cmp(&b.ts).then(a.value.cmp(&b.value))).unwrap();
-    let last = group.iter().max_by(|a, b| a.ts.cmp(&b.ts).then(a.value.cmp(&b.value))).unwrap();
+    let first = group
+        .iter()
+        .min_by(|a, b| a.ts.cmp(&b.ts).then(a.value.cmp(&b.value)))
+        .unwrap();
+    let last = group
+        .iter()
+        .max_by(|a, b| a.ts.cmp(&b.ts).then(a.value.cmp(&b.value)))
+        .unwrap();
     let kinds: std::collections::BTreeSet<i64> = values.iter().map(|v| v % 10).collect();
     json!({
         "sensor": sensor,
@@ -105,10 +121,16 @@ fn by_window(events: &[Event], windows_of: impl Fn(i64) -> Vec<(i64, i64)>) -> V
     let mut groups: BTreeMap<(String, i64, i64), Vec<&Event>> = BTreeMap::new();
     for e in events {
         for (s, end) in windows_of(e.ts) {
-            groups.entry((e.sensor.clone(), s, end)).or_default().push(e);
+            groups
+                .entry((e.sensor.clone(), s, end))
+                .or_default()
+                .push(e);
         }
     }
-    groups.iter().map(|((k, s, end), g)| aggregate(k, g, *s, *end)).collect()
+    groups
+        .iter()
+        .map(|((k, s, end), g)| aggregate(k, g, *s, *end))
+        .collect()
 }
 
 fn sessions(events: &[Event], gap: i64) -> Vec<Value> {
@@ -146,11 +168,19 @@ fn check(name: &str, evs: &[Event], window: &str, expected: Vec<Value>) {
         let out = format!("out-{workers}-{bins}.jsonl");
         run_ok(&config(&s, &input, window, workers, bins, &out));
         let rows = json_lines(&s.read(&out));
-        assert_rows_match(&rows, &expected, &["sensor", "window_start", "window_end"], &format!("{name} with {workers} workers, {bins} bins"));
+        assert_rows_match(
+            &rows,
+            &expected,
+            &["sensor", "window_start", "window_end"],
+            &format!("{name} with {workers} workers, {bins} bins"),
+        );
         let set = multiset(&rows);
         match &first {
             None => first = Some(set),
-            Some(f) => assert_eq!(f, &set, "{name}: {workers} workers / {bins} bins differ from 1 worker / 1 bin"),
+            Some(f) => assert_eq!(
+                f, &set,
+                "{name}: {workers} workers / {bins} bins differ from 1 worker / 1 bin"
+            ),
         }
     }
 }
@@ -162,7 +192,12 @@ fn tumbling_windows_match_reference_for_any_workers_and_bins() {
         let s = ts.div_euclid(1000) * 1000;
         vec![(s, s + 1000)]
     });
-    check("tumbling", &evs, r#"{ kind = "tumbling", size = "1s" }"#, expected);
+    check(
+        "tumbling",
+        &evs,
+        r#"{ kind = "tumbling", size = "1s" }"#,
+        expected,
+    );
 }
 
 #[test]
@@ -170,14 +205,28 @@ fn hopping_windows_match_reference_for_any_workers_and_bins() {
     let evs = events(2, 12_000);
     let expected = by_window(&evs, |ts| {
         let last = ts.div_euclid(500) * 500;
-        (0..4).map(|k| last - k * 500).filter(|&s| s > ts - 2000).map(|s| (s, s + 2000)).collect()
+        (0..4)
+            .map(|k| last - k * 500)
+            .filter(|&s| s > ts - 2000)
+            .map(|s| (s, s + 2000))
+            .collect()
     });
-    check("hopping", &evs, r#"{ kind = "hopping", size = "2s", slide = "500ms" }"#, expected);
+    check(
+        "hopping",
+        &evs,
+        r#"{ kind = "hopping", size = "2s", slide = "500ms" }"#,
+        expected,
+    );
 }
 
 #[test]
 fn session_windows_match_reference_for_any_workers_and_bins() {
     let evs = events(3, 12_000);
     let expected = sessions(&evs, 150);
-    check("session", &evs, r#"{ kind = "session", gap = "150ms" }"#, expected);
+    check(
+        "session",
+        &evs,
+        r#"{ kind = "session", gap = "150ms" }"#,
+        expected,
+    );
 }

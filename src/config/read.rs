@@ -41,7 +41,7 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     let root = root.get_ref();
     let mut top = TableReader::new(root, root_span, None);
     if let Some(node) = top.table(&mut d, "node") {
-        config.node = read_node(&mut d, node);
+        config.node = read_node(&mut d, node.as_component("node"));
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
@@ -577,7 +577,7 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
         w.raw("kind");
         d.error(
             w.span(),
-            &w.ctx("window.kind"),
+            &w.ctx("kind"),
             "missing field `kind`: tumbling, hopping or session",
         );
         None
@@ -590,7 +590,7 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
                 w.raw(key);
                 d.error(
                     w.span(),
-                    &w.ctx(&format!("window.{key}")),
+                    &w.ctx(key),
                     format!("missing field `{key}` for this window kind"),
                 );
                 None
@@ -605,13 +605,13 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
                 (Some(size_ms), Some(slide_ms)) if slide_ms > size_ms => {
                     d.error(
                         w.span(),
-                        &w.ctx("window.slide"),
+                        &w.ctx("slide"),
                         "a hopping window's `slide` must not be longer than its `size`",
                     );
                     None
                 }
                 (Some(size_ms), Some(slide_ms)) if size_ms / slide_ms > 1000 => {
-                    d.error(w.span(), &w.ctx("window.slide"), "`size` / `slide` puts every record in over 1000 windows; use a longer slide");
+                    d.error(w.span(), &w.ctx("slide"), "`size` / `slide` puts every record in over 1000 windows; use a longer slide");
                     None
                 }
                 (Some(size_ms), Some(slide_ms)) => Some(WindowKind::Hopping { size_ms, slide_ms }),
@@ -698,7 +698,7 @@ fn read_join(
             if kind.is_none() && !w.has("kind") {
                 d.error(
                     w.span(),
-                    &w.ctx("window.kind"),
+                    &w.ctx("kind"),
                     "missing field `kind`; a join window is \"tumbling\"",
                 );
             }
@@ -706,7 +706,7 @@ fn read_join(
                 w.duration_ms(d, "size", false)
             } else {
                 w.raw("size");
-                d.error(w.span(), &w.ctx("window.size"), "missing field `size`");
+                d.error(w.span(), &w.ctx("size"), "missing field `size`");
                 None
             };
             w.finish(d, "a join's `window`");

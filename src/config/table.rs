@@ -35,15 +35,31 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// This table read as a component of its own (`[node]`), so errors
+    /// name it instead of the table it sits in.
+    pub(crate) fn as_component(mut self, name: &str) -> Self {
+        self.context = Context {
+            component: Some(name.to_string()),
+            field: None,
+        };
+        self
+    }
+
     pub(crate) fn span(&self) -> Range<usize> {
         self.span.clone()
     }
 
     /// The context for errors about `field` of this table.
+    /// The context for errors about `field` of this table; in a nested
+    /// table (`window = { ... }`) the field is named `window.size`.
     pub(crate) fn ctx(&self, field: &str) -> Context {
+        let field = match &self.context.field {
+            Some(parent) => format!("{parent}.{field}"),
+            None => field.to_string(),
+        };
         Context {
             component: self.context.component.clone(),
-            field: Some(field.to_string()),
+            field: Some(field),
         }
     }
 

@@ -21,7 +21,9 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new() -> Scratch {
-        Scratch { dir: tempfile::tempdir().expect("temp dir") }
+        Scratch {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -41,7 +43,12 @@ impl Scratch {
 
 /// Runs `eddy run` on a config file; panics with its output if it fails.
 pub fn run_ok(config: &Path) -> Output {
-    let out = eddy().arg("run").arg(config).stdin(Stdio::null()).output().expect("spawn eddy");
+    let out = eddy()
+        .arg("run")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn eddy");
     assert!(
         out.status.success(),
         "eddy run {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -55,7 +62,10 @@ pub fn run_ok(config: &Path) -> Output {
 
 /// Parses JSON lines.
 pub fn json_lines(text: &str) -> Vec<Value> {
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}"))).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
 }
 
 /// Rows as sorted canonical strings: equal multisets give equal vectors.
@@ -112,20 +122,51 @@ pub fn close(a: &Value, b: &Value) -> bool {
 /// Asserts two sets of rows agree, matching rows by `key_fields` and
 /// comparing every field with [`close`].
 pub fn assert_rows_match(got: &[Value], expected: &[Value], key_fields: &[&str], what: &str) {
-    let key = |r: &Value| -> String { key_fields.iter().map(|k| r[*k].to_string()).collect::<Vec<_>>().join("|") };
+    let key = |r: &Value| -> String {
+        key_fields
+            .iter()
+            .map(|k| r[*k].to_string())
+            .collect::<Vec<_>>()
+            .join("|")
+    };
     let mut got_by: BTreeMap<String, &Value> = BTreeMap::new();
     for r in got {
-        assert!(got_by.insert(key(r), r).is_none(), "{what}: duplicate output row for {}: {r}", key(r));
+        assert!(
+            got_by.insert(key(r), r).is_none(),
+            "{what}: duplicate output row for {}: {r}",
+            key(r)
+        );
     }
     let exp_by: BTreeMap<String, &Value> = expected.iter().map(|r| (key(r), r)).collect();
-    let missing: Vec<&String> = exp_by.keys().filter(|k| !got_by.contains_key(*k)).take(5).collect();
-    let extra: Vec<&String> = got_by.keys().filter(|k| !exp_by.contains_key(*k)).take(5).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "{what}: rows differ; missing {missing:?}, extra {extra:?} (got {}, expected {})", got.len(), expected.len());
+    let missing: Vec<&String> = exp_by
+        .keys()
+        .filter(|k| !got_by.contains_key(*k))
+        .take(5)
+        .collect();
+    let extra: Vec<&String> = got_by
+        .keys()
+        .filter(|k| !exp_by.contains_key(*k))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: rows differ; missing {missing:?}, extra {extra:?} (got {}, expected {})",
+        got.len(),
+        expected.len()
+    );
     for (k, e) in &exp_by {
         let g = got_by[k];
         for (field, ev) in e.as_object().unwrap() {
-            assert!(close(&g[field], ev), "{what}: row {k}: field {field}: got {}, expected {ev}", g[field]);
+            assert!(
+                close(&g[field], ev),
+                "{what}: row {k}: field {field}: got {}, expected {ev}",
+                g[field]
+            );
         }
-        assert_eq!(g.as_object().unwrap().len(), e.as_object().unwrap().len(), "{what}: row {k}: fields {g} vs {e}");
+        assert_eq!(
+            g.as_object().unwrap().len(),
+            e.as_object().unwrap().len(),
+            "{what}: row {k}: fields {g} vs {e}"
+        );
     }
 }
