@@ -1,11 +1,14 @@
-//! Grouping keys: encoding a record's key fields into bytes, hashing them to
-//! a bin, and decoding them back into output columns.
+//! Grouping keys: hashing a record's key fields to a bin, holding keys in
+//! operator state, and writing them back into output columns.
 //!
-//! The encoding is canonical (equal keys give equal bytes, `-0.0` equals
-//! `0.0`, all NaNs are one) so bytes can be compared and hashed directly.
+//! Two representations, chosen once per operator from the key's types:
+//! [`WordKey`] for up to two fixed-width fields (ids, sensors numbered by
+//! int), held and compared as machine words; [`ByteKey`] for everything
+//! else, a canonical byte encoding (equal keys give equal bytes, `-0.0`
+//! equals `0.0`, all NaNs are one).
 
 use super::{Batch, Column, DataType, ValueRef};
-use crate::kernel::hash::key_hash;
+use crate::kernel::hash::{KeyHasher, canonical_float_bits};
 
 const NULL: u8 = 0;
 const PRESENT: u8 = 1;
@@ -27,37 +30,53 @@ impl KeySpec {
         &self.types
     }
 
-    /// Appends the encoded key of `row` to `out`.
+    /// Whether keys fit a [`WordKey`].
+    pub(crate) fn fits_words(&self) -> bool {
+        self.types.len() <= WordKey::FIELDS && self.types.iter().all(|t| *t != DataType::Str)
+    }
+
+    /// The stable hash of row `row`'s key.
+    #[inline]
+    pub(crate) fn hash_row(&self, batch: &Batch, row: usize) -> u64 {
+        let mut h = KeyHasher::new();
+        for &c in &self.columns {
+            match batch.column(c).get(row) {
+                ValueRef::Null => h.null(),
+                ValueRef::Bool(b) => h.bool(b),
+                ValueRef::Int(i) => h.int(i),
+                ValueRef::Float(f) => h.float(f),
+                ValueRef::Str(s) => h.str(s.as_bytes()),
+            }
+        }
+        h.finish()
+    }
+
+    /// The stable hash of every row's key.
+    pub(crate) fn hash_rows(&self, batch: &Batch) -> Vec<u64> {
+        // A single non-null int key is the common case (ids): a tight loop.
+        if let [c] = self.columns[..] {
+            let col = batch.column(c);
+            if self.types[0] == DataType::Int && !col.has_nulls() {
+                return col
+                    .ints()
+                    .iter()
+                    .map(|&v| {
+                        let mut h = KeyHasher::new();
+                        h.int(v);
+                        h.finish()
+                    })
+                    .collect();
+            }
+        }
+        (0..batch.len()).map(|row| self.hash_row(batch, row)).collect()
+    }
+
+    /// Appends the canonical encoding of row `row`'s key to `out`.
     #[inline]
     pub(crate) fn encode(&self, batch: &Batch, row: usize, out: &mut Vec<u8>) {
         for &c in &self.columns {
             encode_value(batch.column(c).get(row), out);
         }
-    }
-
-    /// The stable hash of every row's key, reusing `scratch`.
-    pub(crate) fn hash_rows(&self, batch: &Batch, scratch: &mut Vec<u8>) -> Vec<u64> {
-        let mut hashes = Vec::with_capacity(batch.len());
-        // A single non-null int key is the common case (ids, sensors); skip
-        // the generic walk for it.
-        if let [c] = self.columns[..] {
-            let col = batch.column(c);
-            if self.types[0] == DataType::Int && !col.has_nulls() {
-                let mut buf = [0u8; 9];
-                buf[0] = PRESENT;
-                for &v in col.ints() {
-                    buf[1..].copy_from_slice(&v.to_le_bytes());
-                    hashes.push(key_hash(&buf));
-                }
-                return hashes;
-            }
-        }
-        for row in 0..batch.len() {
-            scratch.clear();
-            self.encode(batch, row, scratch);
-            hashes.push(key_hash(scratch));
-        }
-        hashes
     }
 
     /// Appends the key fields encoded in `key` to `columns` (one per key
@@ -76,19 +95,16 @@ impl KeySpec {
                     key = &key[1..];
                 }
                 DataType::Int => {
-                    col.push_int(i64::from_le_bytes(key[..8].try_into().unwrap()));
+                    col.push_int(i64::from_le_bytes(key[..8].try_into().expect("8 bytes")));
                     key = &key[8..];
                 }
                 DataType::Float => {
-                    col.push_float(f64::from_bits(u64::from_le_bytes(
-                        key[..8].try_into().unwrap(),
-                    )));
+                    col.push_float(f64::from_bits(u64::from_le_bytes(key[..8].try_into().expect("8 bytes"))));
                     key = &key[8..];
                 }
                 DataType::Str => {
-                    let n = u32::from_le_bytes(key[..4].try_into().unwrap()) as usize;
-                    let s = std::str::from_utf8(&key[4..4 + n]).expect("key holds utf-8");
-                    col.push_str(s);
+                    let n = u32::from_le_bytes(key[..4].try_into().expect("4 bytes")) as usize;
+                    col.push_str(std::str::from_utf8(&key[4..4 + n]).expect("keys hold UTF-8"));
                     key = &key[4 + n..];
                 }
             }
@@ -107,15 +123,8 @@ pub(crate) fn encode_value(v: ValueRef<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&x.to_le_bytes());
         }
         ValueRef::Float(x) => {
-            let canonical = if x == 0.0 {
-                0.0f64
-            } else if x.is_nan() {
-                f64::NAN
-            } else {
-                x
-            };
             out.push(PRESENT);
-            out.extend_from_slice(&canonical.to_bits().to_le_bytes());
+            out.extend_from_slice(&canonical_float_bits(x).to_le_bytes());
         }
         ValueRef::Str(s) => {
             out.push(PRESENT);
@@ -125,21 +134,122 @@ pub(crate) fn encode_value(v: ValueRef<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// A key as operator state holds it.
+pub(crate) trait GroupKey: Sized + Send + 'static {
+    /// A row's key, ready to compare with stored keys.
+    type Probe<'a>;
+
+    /// The key of row `row`; `scratch` is reused between rows.
+    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, scratch: &'a mut Vec<u8>) -> Self::Probe<'a>;
+
+    fn matches(&self, probe: &Self::Probe<'_>) -> bool;
+
+    fn store(probe: &Self::Probe<'_>) -> Self;
+
+    /// Appends the key's fields to `columns` (one per key field).
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]);
+}
+
+/// Up to two fixed-width fields as words, with a null mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WordKey {
+    words: [u64; WordKey::FIELDS],
+    nulls: u8,
+}
+
+impl WordKey {
+    pub(crate) const FIELDS: usize = 2;
+}
+
+impl GroupKey for WordKey {
+    type Probe<'a> = WordKey;
+
+    #[inline]
+    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &'a mut Vec<u8>) -> WordKey {
+        let mut key = WordKey { words: [0; 2], nulls: 0 };
+        for (i, &c) in spec.columns.iter().enumerate() {
+            key.words[i] = match batch.column(c).get(row) {
+                ValueRef::Int(v) => v as u64,
+                ValueRef::Float(f) => canonical_float_bits(f),
+                ValueRef::Bool(b) => b as u64,
+                ValueRef::Null | ValueRef::Str(_) => {
+                    key.nulls |= 1 << i;
+                    0
+                }
+            };
+        }
+        key
+    }
+
+    #[inline]
+    fn matches(&self, probe: &WordKey) -> bool {
+        self == probe
+    }
+
+    #[inline]
+    fn store(probe: &WordKey) -> WordKey {
+        *probe
+    }
+
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]) {
+        for (i, (ty, col)) in spec.types.iter().zip(columns.iter_mut()).enumerate() {
+            if self.nulls >> i & 1 == 1 {
+                col.push_null();
+                continue;
+            }
+            let w = self.words[i];
+            match ty {
+                DataType::Int => col.push_int(w as i64),
+                DataType::Float => col.push_float(f64::from_bits(w)),
+                DataType::Bool => col.push_bool(w != 0),
+                DataType::Str => unreachable!("string keys are byte keys"),
+            }
+        }
+    }
+}
+
+/// Any key, as its canonical encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ByteKey(Box<[u8]>);
+
+impl GroupKey for ByteKey {
+    type Probe<'a> = &'a [u8];
+
+    #[inline]
+    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        scratch.clear();
+        spec.encode(batch, row, scratch);
+        scratch
+    }
+
+    #[inline]
+    fn matches(&self, probe: &&[u8]) -> bool {
+        &*self.0 == *probe
+    }
+
+    fn store(probe: &&[u8]) -> ByteKey {
+        ByteKey((*probe).into())
+    }
+
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]) {
+        spec.decode_into(&self.0, columns)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::{BatchBuilder, Field, Schema};
     use std::sync::Arc;
 
-    #[test]
-    fn keys_round_trip_and_int_fast_path_matches_generic() {
+    fn batch() -> Batch {
         let schema = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Int),
             Field::new("s", DataType::Str),
             Field::new("f", DataType::Float),
         ]));
         let mut b = BatchBuilder::new(schema, 4, false);
-        for (k, s, f) in [(1, Some("a"), -0.0), (-7, None, 2.5)] {
+        for (k, s, f) in [(1, Some("a"), -0.0), (-7, None, 2.5), (1, Some("a"), 0.0)] {
             b.column_mut(0).push_int(k);
             match s {
                 Some(s) => b.column_mut(1).push_str(s),
@@ -148,33 +258,56 @@ mod tests {
             b.column_mut(2).push_float(f);
             b.finish_row(0, 0);
         }
-        let batch = b.take();
-        let spec = KeySpec::new(
-            vec![0, 1, 2],
-            vec![DataType::Int, DataType::Str, DataType::Float],
-        );
-        let mut cols = [
-            Column::new(DataType::Int, 2),
-            Column::new(DataType::Str, 2),
-            Column::new(DataType::Float, 2),
-        ];
-        for row in 0..2 {
-            let mut key = Vec::new();
-            spec.encode(&batch, row, &mut key);
-            let [a, b, c] = &mut cols;
-            spec.decode_into(&key, &mut [a, b, c]);
+        b.take()
+    }
+
+    fn round_trip<K: GroupKey>(spec: &KeySpec, batch: &Batch) -> Vec<Column> {
+        let mut cols: Vec<Column> = spec.types().iter().map(|t| Column::new(*t, 4)).collect();
+        let mut scratch = Vec::new();
+        let mut stored: Vec<K> = Vec::new();
+        for row in 0..batch.len() {
+            let probe = K::probe(spec, batch, row, &mut scratch);
+            if !stored.iter().any(|k| k.matches(&probe)) {
+                stored.push(K::store(&probe));
+            }
         }
-        assert_eq!(cols[0].ints(), &[1, -7]);
+        for k in &stored {
+            let mut refs: Vec<&mut Column> = cols.iter_mut().collect();
+            k.decode_into(spec, &mut refs);
+        }
+        cols
+    }
+
+    #[test]
+    fn byte_keys_round_trip_and_treat_negative_zero_as_zero() {
+        let b = batch();
+        let spec = KeySpec::new(vec![0, 1, 2], vec![DataType::Int, DataType::Str, DataType::Float]);
+        let cols = round_trip::<ByteKey>(&spec, &b);
+        assert_eq!(cols[0].ints(), &[1, -7], "rows 0 and 2 are one key");
         assert_eq!(cols[1].get(0), ValueRef::Str("a"));
         assert!(cols[1].is_null(1));
         assert_eq!(cols[2].float(0), Some(0.0));
+        assert_eq!(spec.hash_row(&b, 0), spec.hash_row(&b, 2));
+        assert_ne!(spec.hash_row(&b, 0), spec.hash_row(&b, 1));
+    }
 
-        let single = KeySpec::new(vec![0], vec![DataType::Int]);
-        let fast = single.hash_rows(&batch, &mut Vec::new());
+    #[test]
+    fn word_keys_round_trip() {
+        let b = batch();
+        let spec = KeySpec::new(vec![2, 0], vec![DataType::Float, DataType::Int]);
+        assert!(spec.fits_words());
+        let cols = round_trip::<WordKey>(&spec, &b);
+        assert_eq!(cols[1].ints(), &[1, -7]);
+        assert_eq!(cols[0].float(1), Some(2.5));
+    }
+
+    #[test]
+    fn the_int_fast_path_hashes_like_the_general_one() {
+        let b = batch();
+        let spec = KeySpec::new(vec![0], vec![DataType::Int]);
+        let fast = spec.hash_rows(&b);
         for (row, h) in fast.iter().enumerate() {
-            let mut key = Vec::new();
-            single.encode(&batch, row, &mut key);
-            assert_eq!(*h, key_hash(&key));
+            assert_eq!(*h, spec.hash_row(&b, row));
         }
     }
 }

@@ -12,5 +12,5 @@ mod schema;
 
 pub(crate) use batch::{Batch, BatchBuilder};
 pub(crate) use column::{Column, ValueRef};
-pub(crate) use key::{KeySpec, encode_value};
+pub(crate) use key::{ByteKey, GroupKey, KeySpec, WordKey, encode_value};
 pub(crate) use schema::{DataType, Field, Schema, SchemaRef};

@@ -12,10 +12,11 @@ use super::ops;
 use super::worker::{Edge, NodeState, Port, Route, SourceState, Worker};
 use super::{Running, Shared, even_assignment};
 use crate::config::WindowKind;
+use crate::data::{ByteKey, WordKey};
 use crate::io::codec::Encoder;
 use crate::io::dead_letter::DeadLetter;
 use crate::io::{self, BlackholeSink, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink};
-use crate::kernel::hash::key_hash;
+use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
 use crate::plan::{OpSpec, Plan};
 
@@ -112,7 +113,7 @@ pub(crate) fn start(
         let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
             continue;
         };
-        let owner = (key_hash(node.id.as_bytes()) % workers as u64) as usize;
+        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
         let input = io::open_input(p).map_err(|e| match &p.path {
             Some(path) => format!("sources.{}: cannot open {}: {e}", node.id, path.display()),
             None => format!("sources.{}: cannot read stdin: {e}", node.id),
@@ -209,7 +210,6 @@ pub(crate) fn start(
             sources,
             edges,
             drain_order,
-            key_scratch: Vec::new(),
             rows_by_worker: vec![Vec::new(); workers],
         };
         let shared_for_thread = shared.clone();
@@ -291,7 +291,8 @@ fn instantiate(
         OpSpec::Project(keep) => Box::new(ops::Project::new(keep.clone(), out_schema())),
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),
-            _ => Box::new(ops::Window::new(w.clone(), bins, batch)),
+            _ if w.key.fits_words() => Box::new(ops::Window::<WordKey>::new(w.clone(), bins, batch)),
+            _ => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
         },
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),
         OpSpec::Stdout { format } | OpSpec::FileSink { format, .. } => {

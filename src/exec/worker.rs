@@ -98,7 +98,6 @@ pub(crate) struct Worker {
     pub(crate) edges: Vec<Edge>,
     /// Exchange edges ordered by target node, most downstream first.
     pub(crate) drain_order: Vec<usize>,
-    pub(crate) key_scratch: Vec<u8>,
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
 }
 
@@ -252,9 +251,7 @@ impl Worker {
     fn exchange(&mut self, from: usize, edge: usize, mut batch: Batch) {
         let workers = self.shared.workers;
         let (to, port) = (self.edges[edge].node, self.edges[edge].port);
-        let hashes = self.edges[edge]
-            .key
-            .hash_rows(&batch, &mut self.key_scratch);
+        let hashes = self.edges[edge].key.hash_rows(&batch);
         if workers == 1 {
             batch.set_key_hash(hashes);
             self.deliver(to, port, batch);

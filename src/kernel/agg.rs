@@ -22,7 +22,8 @@ pub enum Acc {
     MaxInt(Option<i64>),
     MinFloat(Option<f64>),
     MaxFloat(Option<f64>),
-    AvgInt { sum: i128, n: u64 },
+    /// Wraps on overflow like `SumInt`, keeping the accumulator 24 bytes.
+    AvgInt { sum: i64, n: u64 },
     AvgFloat { sum: f64, n: u64 },
 }
 
@@ -48,7 +49,7 @@ impl Acc {
             Acc::MinFloat(m) => *m = Some(m.map_or(v as f64, |m| m.min(v as f64))),
             Acc::MaxFloat(m) => *m = Some(m.map_or(v as f64, |m| m.max(v as f64))),
             Acc::AvgInt { sum, n } => {
-                *sum += v as i128;
+                *sum = sum.wrapping_add(v);
                 *n += 1;
             }
             Acc::AvgFloat { sum, n } => {
@@ -88,7 +89,7 @@ impl Acc {
             (Acc::MinFloat(a), Acc::MinFloat(b)) => *a = merge_opt(*a, *b, f64::min),
             (Acc::MaxFloat(a), Acc::MaxFloat(b)) => *a = merge_opt(*a, *b, f64::max),
             (Acc::AvgInt { sum, n }, Acc::AvgInt { sum: s2, n: n2 }) => {
-                *sum += s2;
+                *sum = sum.wrapping_add(*s2);
                 *n += n2;
             }
             (Acc::AvgFloat { sum, n }, Acc::AvgFloat { sum: s2, n: n2 }) => {
@@ -139,6 +140,12 @@ fn merge_opt<T: Copy>(a: Option<T>, b: Option<T>, f: impl Fn(T, T) -> T) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accumulators_stay_small() {
+        // State is these, per key and window: keep them to three words.
+        assert!(core::mem::size_of::<Acc>() <= 24);
+    }
 
     #[test]
     fn empty_aggregates_follow_sql() {

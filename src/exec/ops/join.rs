@@ -130,7 +130,7 @@ impl Operator for Join {
             &plan.right_key
         };
         if batch.key_hash().is_empty() {
-            let hashes = key.hash_rows(&batch, &mut self.key_scratch);
+            let hashes = key.hash_rows(&batch);
             batch.set_key_hash(hashes);
         }
         let mut out = BatchBuilder::new(plan.output.clone(), 16, true);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use super::window_state::{AccState, Aggregates};
+use crate::kernel::agg::Acc;
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, Column};
 use crate::exec::operator::{OpCtx, Operator};
@@ -17,6 +18,7 @@ use crate::plan::WindowPlan;
 
 pub(crate) struct SessionWindow {
     plan: Arc<WindowPlan>,
+    aggs: Aggregates,
     bins: u32,
     gap_ms: i64,
     /// Per bin: key → its open sessions, ordered by start.
@@ -32,7 +34,8 @@ pub(crate) struct SessionWindow {
 
 struct Session {
     span: Span,
-    accs: Vec<AccState>,
+    num: Vec<Acc>,
+    other: Vec<AccState>,
     /// Whether the current contents were emitted.
     fired: bool,
 }
@@ -43,6 +46,7 @@ impl SessionWindow {
             unreachable!("only session windows come here")
         };
         SessionWindow {
+            aggs: Aggregates::new(&plan.aggregates),
             plan,
             bins,
             gap_ms,
@@ -60,15 +64,14 @@ impl SessionWindow {
             .saturating_add(self.plan.allowed_lateness_ms)
     }
 
-    fn emit(plan: &WindowPlan, key: &[u8], s: &Session, ingest_ns: u64, out: &mut BatchBuilder) {
-        let aggs = Aggregates::new(&plan.aggregates);
+    fn emit(plan: &WindowPlan, aggs: &Aggregates, key: &[u8], s: &Session, ingest_ns: u64, out: &mut BatchBuilder) {
         let n_keys = plan.key.types().len();
         let cols = out.columns_mut();
         let (key_cols, rest) = cols.split_at_mut(n_keys);
         let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
         plan.key.decode_into(key, &mut key_refs);
-        let (agg_cols, bounds) = rest.split_at_mut(aggs.len());
-        aggs.finish(&s.accs, agg_cols);
+        let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
+        aggs.finish(&s.num, &s.other, agg_cols);
         bounds[0].push_int(s.span.start);
         bounds[1].push_int(s.span.end);
         out.finish_row(s.span.max_timestamp(), ingest_ns);
@@ -84,12 +87,12 @@ impl SessionWindow {
 impl Operator for SessionWindow {
     fn on_batch(&mut self, _port: usize, mut batch: Batch, ctx: &mut OpCtx<'_>) {
         if batch.key_hash().is_empty() {
-            let hashes = self.plan.key.hash_rows(&batch, &mut self.key_scratch);
+            let hashes = self.plan.key.hash_rows(&batch);
             batch.set_key_hash(hashes);
         }
         let plan = self.plan.clone();
-        let aggs = Aggregates::new(&plan.aggregates);
-        let args = aggs.eval(&batch, |row, reason| ctx.dead_letter(&batch, row, reason));
+        let aggs = &self.aggs;
+        let args = aggs.eval(&plan.aggregates, &batch, |row, reason| ctx.dead_letter(&batch, row, reason));
         self.last_ingest_ns = self
             .last_ingest_ns
             .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
@@ -115,19 +118,15 @@ impl Operator for SessionWindow {
                     .or_default(),
             };
             // Merge every session the new event touches into one.
-            let mut merged = Session {
-                span: opened,
-                accs: Vec::with_capacity(aggs.len()),
-                fired: false,
-            };
-            aggs.init(&mut merged.accs);
-            aggs.update(&mut merged.accs, &args, row, ts);
+            let mut merged = Session { span: opened, num: Vec::new(), other: Vec::new(), fired: false };
+            aggs.init(&mut merged.num, &mut merged.other);
+            aggs.update(&mut merged.num, &mut merged.other, &batch, &args, row, ts);
             let mut i = 0;
             while i < sessions.len() {
                 if sessions[i].span.touches(&merged.span) {
                     let old = sessions.remove(i);
                     merged.span = merged.span.cover(&old.span);
-                    aggs.merge(&mut merged.accs, &old.accs);
+                    aggs.merge(&mut merged.num, &mut merged.other, &old.num, &old.other);
                 } else {
                     i += 1;
                 }
@@ -141,6 +140,7 @@ impl Operator for SessionWindow {
                 merged.fired = true;
                 Self::emit(
                     &plan,
+                    aggs,
                     &self.key_scratch,
                     &merged,
                     self.last_ingest_ns,
@@ -184,7 +184,7 @@ impl Operator for SessionWindow {
                 for s in sessions.iter_mut() {
                     if !s.fired && s.span.max_timestamp() <= watermark {
                         s.fired = true;
-                        Self::emit(&plan, &key, s, self.last_ingest_ns, &mut out);
+                        Self::emit(&plan, &self.aggs, &key, s, self.last_ingest_ns, &mut out);
                         if out.len() >= self.batch_size {
                             ctx.emit(out.take());
                         }

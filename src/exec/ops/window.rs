@@ -1,8 +1,9 @@
 //! `window` with tumbling or hopping windows: keyed event-time aggregation.
 //!
 //! State is window-major, bin-minor: every open window holds one pane per
-//! bin, and a pane holds the keys of that bin with their accumulators in
-//! flat arrays (no allocation per key). Moving or checkpointing a bin is
+//! bin, and a pane is one flat hash table of keys with their accumulators in
+//! a contiguous array. A lookup touches the table's control bytes, one slot
+//! (hash, key, index) and the accumulators. Moving or checkpointing a bin is
 //! taking its pane out of each open window.
 //!
 //! Semantics follow Flink's event-time windows: a window fires once the
@@ -16,20 +17,22 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::window_state::{AccState, Aggregates};
+use super::window_state::{AccState, Aggregates, Args};
 use crate::config::WindowKind;
-use crate::data::{Batch, BatchBuilder, Column};
+use crate::data::{Batch, BatchBuilder, Column, GroupKey};
 use crate::exec::operator::{OpCtx, Operator};
+use crate::kernel::agg::Acc;
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::{hopping_windows, tumbling_start};
 use crate::plan::WindowPlan;
 
-pub(crate) struct Window {
+pub(crate) struct Window<K: GroupKey> {
     plan: Arc<WindowPlan>,
+    aggs: Aggregates,
     bins: u32,
     size_ms: i64,
     slide_ms: i64,
-    windows: BTreeMap<i64, Panes>,
+    windows: BTreeMap<i64, Panes<K>>,
     watermark: i64,
     /// Ingestion time of the newest input: what fired results are measured
     /// from (the record that moved the watermark came no later than it).
@@ -37,75 +40,97 @@ pub(crate) struct Window {
     batch_size: usize,
     key_scratch: Vec<u8>,
     late_rows: Vec<u32>,
-    /// Already-fired windows updated by late records: (start, bin, entry).
-    refire: Vec<(i64, u32, u32)>,
+    /// Already-fired windows updated by late records: (start, bin, hash, entry).
+    refire: Vec<(i64, u32, u64, u32)>,
 }
 
 /// One open window: a pane per bin.
-struct Panes {
+struct Panes<K> {
     end: i64,
     fired: bool,
-    bins: Vec<Option<Box<Pane>>>,
+    bins: Vec<Pane<K>>,
+}
+
+struct Slot<K> {
+    hash: u64,
+    key: K,
+    entry: u32,
 }
 
 /// The keys of one bin in one window.
-#[derive(Default)]
-struct Pane {
-    index: HashTable<u32>,
-    hashes: Vec<u64>,
-    key_ends: Vec<u32>,
-    keys: Vec<u8>,
-    /// `aggregates` accumulators per entry, back to back.
-    accs: Vec<AccState>,
+struct Pane<K> {
+    table: HashTable<Slot<K>>,
+    /// Numeric accumulators, `Aggregates::num_len` per entry.
+    num: Vec<Acc>,
+    /// Other accumulators, `Aggregates::other_len` per entry.
+    other: Vec<AccState>,
 }
 
-impl Pane {
-    fn key(&self, entry: usize) -> &[u8] {
-        let start = if entry == 0 {
-            0
-        } else {
-            self.key_ends[entry - 1] as usize
-        };
-        &self.keys[start..self.key_ends[entry] as usize]
+impl<K: GroupKey> Pane<K> {
+    fn new() -> Pane<K> {
+        Pane { table: HashTable::new(), num: Vec::new(), other: Vec::new() }
     }
 
-    /// The entry of `key`, created with fresh accumulators if new.
+    /// The entry of the probed key, created with fresh accumulators if new.
     #[inline]
-    fn entry(&mut self, hash: u64, key: &[u8], aggs: &Aggregates<'_>) -> usize {
-        let Pane {
-            index,
-            hashes,
-            key_ends,
-            keys,
-            accs,
-        } = self;
-        let found = index.find(hash, |&e| {
-            let e = e as usize;
-            let start = if e == 0 { 0 } else { key_ends[e - 1] as usize };
-            hashes[e] == hash && &keys[start..key_ends[e] as usize] == key
-        });
-        if let Some(&e) = found {
-            return e as usize;
+    fn entry(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates) -> usize {
+        if let Some(slot) = self.table.find(hash, |s| s.hash == hash && s.key.matches(probe)) {
+            return slot.entry as usize;
         }
-        let e = hashes.len();
-        hashes.push(hash);
-        keys.extend_from_slice(key);
-        key_ends.push(keys.len() as u32);
-        aggs.init(accs);
-        let hashes = &*hashes;
-        index.insert_unique(hash, e as u32, |&x| hashes[x as usize]);
-        e
+        let entry = self.table.len();
+        self.table.insert_unique(hash, Slot { hash, key: K::store(probe), entry: entry as u32 }, |s| s.hash);
+        aggs.init(&mut self.num, &mut self.other);
+        entry
+    }
+
+    #[inline]
+    fn update(&mut self, entry: usize, aggs: &Aggregates, batch: &Batch, args: &Args, row: usize, ts: i64) {
+        let (n, o) = (aggs.num_len(), aggs.other_len());
+        aggs.update(&mut self.num[entry * n..(entry + 1) * n], &mut self.other[entry * o..(entry + 1) * o], batch, args, row, ts);
     }
 }
 
-impl Window {
-    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window {
+/// Builds result rows into batches of `batch_size`.
+struct Output<'a, 'b> {
+    builder: BatchBuilder,
+    batch_size: usize,
+    ctx: &'a mut OpCtx<'b>,
+}
+
+impl Output<'_, '_> {
+    fn row<K: GroupKey>(&mut self, plan: &WindowPlan, aggs: &Aggregates, pane: &Pane<K>, slot: &Slot<K>, start: i64, end: i64, ingest_ns: u64) {
+        let n_keys = plan.key.types().len();
+        let (n, o, e) = (aggs.num_len(), aggs.other_len(), slot.entry as usize);
+        let cols = self.builder.columns_mut();
+        let (key_cols, rest) = cols.split_at_mut(n_keys);
+        let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
+        slot.key.decode_into(&plan.key, &mut key_refs);
+        let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
+        aggs.finish(&pane.num[e * n..(e + 1) * n], &pane.other[e * o..(e + 1) * o], agg_cols);
+        bounds[0].push_int(start);
+        bounds[1].push_int(end);
+        self.builder.finish_row(end - 1, ingest_ns);
+        if self.builder.len() >= self.batch_size {
+            self.ctx.emit(self.builder.take());
+        }
+    }
+
+    fn done(mut self) {
+        if !self.builder.is_empty() {
+            self.ctx.emit(self.builder.take());
+        }
+    }
+}
+
+impl<K: GroupKey> Window<K> {
+    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
         let (size_ms, slide_ms) = match plan.kind {
             WindowKind::Tumbling { size_ms } => (size_ms, size_ms),
             WindowKind::Hopping { size_ms, slide_ms } => (size_ms, slide_ms),
             WindowKind::Session { .. } => unreachable!("sessions have their own operator"),
         };
         Window {
+            aggs: Aggregates::new(&plan.aggregates),
             plan,
             bins,
             size_ms,
@@ -125,70 +150,28 @@ impl Window {
         (end - 1).saturating_add(lateness_ms) <= watermark
     }
 
-    /// Appends one result row per entry of `pane` to `out`.
-    fn emit_pane(
-        plan: &WindowPlan,
-        pane: &Pane,
-        entries: impl Iterator<Item = usize>,
-        start: i64,
-        end: i64,
-        ingest_ns: u64,
-        out: &mut Output<'_, '_>,
-    ) {
-        let aggs = Aggregates::new(&plan.aggregates);
-        let n_aggs = aggs.len();
-        let n_keys = plan.key.types().len();
-        for e in entries {
-            let cols = out.builder.columns_mut();
-            let (key_cols, rest) = cols.split_at_mut(n_keys);
-            let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
-            plan.key.decode_into(pane.key(e), &mut key_refs);
-            let (agg_cols, bounds) = rest.split_at_mut(n_aggs);
-            aggs.finish(&pane.accs[e * n_aggs..(e + 1) * n_aggs], agg_cols);
-            bounds[0].push_int(start);
-            bounds[1].push_int(end);
-            out.builder.finish_row(end - 1, ingest_ns);
-            if out.builder.len() >= out.batch_size {
-                out.ctx.emit(out.builder.take());
-            }
-        }
+    fn output<'a, 'b>(&self, ctx: &'a mut OpCtx<'b>, capacity: usize) -> Output<'a, 'b> {
+        Output { builder: BatchBuilder::new(self.plan.output.clone(), capacity, true), batch_size: self.batch_size, ctx }
     }
 }
 
-struct Output<'a, 'b> {
-    builder: BatchBuilder,
-    batch_size: usize,
-    ctx: &'a mut OpCtx<'b>,
-}
-
-impl Output<'_, '_> {
-    fn done(mut self) {
-        if !self.builder.is_empty() {
-            self.ctx.emit(self.builder.take());
-        }
-    }
-}
-
-impl Operator for Window {
+impl<K: GroupKey> Operator for Window<K> {
     fn on_batch(&mut self, _port: usize, mut batch: Batch, ctx: &mut OpCtx<'_>) {
         if batch.key_hash().is_empty() {
-            let hashes = self.plan.key.hash_rows(&batch, &mut self.key_scratch);
+            let hashes = self.plan.key.hash_rows(&batch);
             batch.set_key_hash(hashes);
         }
         let plan = self.plan.clone();
-        let aggs = Aggregates::new(&plan.aggregates);
-        let n_aggs = aggs.len();
-        let args = aggs.eval(&batch, |row, reason| ctx.dead_letter(&batch, row, reason));
-        self.last_ingest_ns = self
-            .last_ingest_ns
-            .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
+        let args = self.aggs.eval(&plan.aggregates, &batch, |row, reason| ctx.dead_letter(&batch, row, reason));
+        self.last_ingest_ns = self.last_ingest_ns.max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
         let bins = self.bins as usize;
-        let tumbling = self.size_ms == self.slide_ms;
+        let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
-        // Rows of a batch mostly share a window: remember the last one.
-        let mut current: Option<(i64, &mut Panes)> = None;
+        let (windows, aggs, scratch, refire) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire);
+        // Rows of a batch mostly share a tumbling window: keep it at hand.
+        let mut current: Option<(i64, &mut Panes<K>)> = None;
         for row in 0..batch.len() {
             if args.any_failed && args.failed[row] {
                 continue;
@@ -196,45 +179,39 @@ impl Operator for Window {
             let ts = batch.event_time()[row];
             let hash = batch.key_hash()[row];
             let bin = bin_of(hash, self.bins);
-            self.key_scratch.clear();
-            plan.key.encode(&batch, row, &mut self.key_scratch);
+            let probe = K::probe(&plan.key, &batch, row, scratch);
             let mut accepted = false;
-            if tumbling {
-                let start = tumbling_start(ts, self.size_ms);
-                let end = start + self.size_ms;
-                if !expired(end) {
+            if size == slide {
+                let start = match &current {
+                    Some((s, _)) if ts >= *s && ts < *s + size => *s,
+                    _ => tumbling_start(ts, size),
+                };
+                if !expired(start + size) {
                     accepted = true;
                     if current.as_ref().is_none_or(|(s, _)| *s != start) {
-                        let panes = self
-                            .windows
-                            .entry(start)
-                            .or_insert_with(|| Panes::new(end, bins));
-                        current = Some((start, panes));
+                        current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size, bins))));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                    let pane = panes.bins[bin as usize].get_or_insert_with(Box::default);
-                    let e = pane.entry(hash, &self.key_scratch, &aggs);
-                    aggs.update(&mut pane.accs[e * n_aggs..(e + 1) * n_aggs], &args, row, ts);
+                    let pane = &mut panes.bins[bin as usize];
+                    let e = pane.entry(hash, &probe, aggs);
+                    pane.update(e, aggs, &batch, &args, row, ts);
                     if panes.fired {
-                        self.refire.push((start, bin, e as u32));
+                        refire.push((start, bin, hash, e as u32));
                     }
                 }
             } else {
                 current = None;
-                for w in hopping_windows(ts, self.size_ms, self.slide_ms) {
+                for w in hopping_windows(ts, size, slide) {
                     if expired(w.end) {
                         continue;
                     }
                     accepted = true;
-                    let panes = self
-                        .windows
-                        .entry(w.start)
-                        .or_insert_with(|| Panes::new(w.end, bins));
-                    let pane = panes.bins[bin as usize].get_or_insert_with(Box::default);
-                    let e = pane.entry(hash, &self.key_scratch, &aggs);
-                    aggs.update(&mut pane.accs[e * n_aggs..(e + 1) * n_aggs], &args, row, ts);
+                    let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end, bins));
+                    let pane = &mut panes.bins[bin as usize];
+                    let e = pane.entry(hash, &probe, aggs);
+                    pane.update(e, aggs, &batch, &args, row, ts);
                     if panes.fired {
-                        self.refire.push((w.start, bin, e as u32));
+                        refire.push((w.start, bin, hash, e as u32));
                     }
                 }
             }
@@ -242,7 +219,6 @@ impl Operator for Window {
                 self.late_rows.push(row as u32);
             }
         }
-        drop(current);
         if !self.late_rows.is_empty() {
             ctx.count(&ctx.metrics.late, self.late_rows.len() as u64);
             if plan.has_late_output {
@@ -250,57 +226,36 @@ impl Operator for Window {
             }
         }
         if !self.refire.is_empty() {
-            self.refire.sort_unstable();
-            self.refire.dedup();
-            let mut out = Output {
-                builder: BatchBuilder::new(plan.output.clone(), self.refire.len(), true),
-                batch_size: self.batch_size,
-                ctx,
-            };
-            for &(start, bin, e) in &self.refire {
+            let mut refire = std::mem::take(&mut self.refire);
+            refire.sort_unstable();
+            refire.dedup();
+            let mut out = self.output(ctx, refire.len());
+            for &(start, bin, hash, e) in &refire {
                 let panes = &self.windows[&start];
-                let pane = panes.bins[bin as usize]
-                    .as_ref()
-                    .expect("refired pane exists");
-                Self::emit_pane(
-                    &plan,
-                    pane,
-                    std::iter::once(e as usize),
-                    start,
-                    panes.end,
-                    self.last_ingest_ns,
-                    &mut out,
-                );
+                let pane = &panes.bins[bin as usize];
+                let slot = pane.table.find(hash, |s| s.entry == e).expect("a refired entry exists");
+                out.row(&plan, &self.aggs, pane, slot, start, panes.end, self.last_ingest_ns);
             }
             out.done();
-            self.refire.clear();
+            refire.clear();
+            self.refire = refire;
         }
     }
 
     fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
         self.watermark = watermark;
         let plan = self.plan.clone();
-        let mut out = Output {
-            builder: BatchBuilder::new(plan.output.clone(), self.batch_size, true),
-            batch_size: self.batch_size,
-            ctx,
-        };
+        let mut out = Output { builder: BatchBuilder::new(plan.output.clone(), self.batch_size, true), batch_size: self.batch_size, ctx };
         for (&start, panes) in self.windows.iter_mut() {
             if panes.end - 1 > watermark {
                 break;
             }
             if !panes.fired {
                 panes.fired = true;
-                for pane in panes.bins.iter().flatten() {
-                    Self::emit_pane(
-                        &plan,
-                        pane,
-                        0..pane.hashes.len(),
-                        start,
-                        panes.end,
-                        self.last_ingest_ns,
-                        &mut out,
-                    );
+                for pane in &panes.bins {
+                    for slot in pane.table.iter() {
+                        out.row(&plan, &self.aggs, pane, slot, start, panes.end, self.last_ingest_ns);
+                    }
                 }
             }
         }
@@ -315,12 +270,8 @@ impl Operator for Window {
     }
 }
 
-impl Panes {
-    fn new(end: i64, bins: usize) -> Panes {
-        Panes {
-            end,
-            fired: false,
-            bins: (0..bins).map(|_| None).collect(),
-        }
+impl<K: GroupKey> Panes<K> {
+    fn new(end: i64, bins: usize) -> Panes<K> {
+        Panes { end, fired: false, bins: (0..bins).map(|_| Pane::new()).collect() }
     }
 }

@@ -1,6 +1,10 @@
-//! Aggregate state shared by the window operators: accumulators for every
-//! aggregate of a `window` transform, folded from evaluated argument columns
-//! and finished into output columns.
+//! Aggregate state shared by the window operators.
+//!
+//! Numeric aggregates (`count`, `sum`, `min`/`max` of numbers, `avg`) are
+//! kernel accumulators: fixed-size, kept back to back per key. The others
+//! (`first`, `last`, string `min`/`max`, `count_distinct`) own values and
+//! live beside them. Arguments that are bare fields are read from the
+//! batch's column; others are evaluated once per batch.
 
 use hashbrown::HashSet;
 
@@ -8,7 +12,7 @@ use crate::data::{Batch, Column, DataType, ValueRef};
 use crate::kernel::agg::{Acc, AggValue};
 use crate::plan::expr::{AggCall, AggFunc};
 
-/// A value owned by an accumulator (`first`, `last`).
+/// A value owned by an accumulator (`first`, `last`) or a stored row.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Owned {
     Bool(bool),
@@ -20,10 +24,6 @@ pub(super) enum Owned {
 impl Owned {
     /// The owned copy of a value; `None` for NULL.
     pub(super) fn from_value(v: ValueRef<'_>) -> Option<Owned> {
-        Owned::from_ref(v)
-    }
-
-    fn from_ref(v: ValueRef<'_>) -> Option<Owned> {
         match v {
             ValueRef::Null => None,
             ValueRef::Bool(b) => Some(Owned::Bool(b)),
@@ -33,7 +33,7 @@ impl Owned {
         }
     }
 
-    fn as_ref(&self) -> ValueRef<'_> {
+    pub(super) fn as_ref(&self) -> ValueRef<'_> {
         match self {
             Owned::Bool(b) => ValueRef::Bool(*b),
             Owned::Int(i) => ValueRef::Int(*i),
@@ -54,10 +54,9 @@ fn value_cmp(a: ValueRef<'_>, b: ValueRef<'_>) -> std::cmp::Ordering {
     }
 }
 
-/// One running aggregate.
+/// A running aggregate that owns values.
 #[derive(Clone, Debug)]
 pub(super) enum AccState {
-    Num(Acc),
     MinStr(Option<Box<str>>),
     MaxStr(Option<Box<str>>),
     /// `first`: the value with the earliest event time (ties: the smaller
@@ -68,71 +67,134 @@ pub(super) enum AccState {
     Distinct(HashSet<Box<[u8]>>),
 }
 
-/// The aggregates of one window operator.
-pub(super) struct Aggregates<'p> {
-    calls: &'p [AggCall],
+/// Where an aggregate's input comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// `count(*)`: every row.
+    Rows,
+    /// A column of the input batch.
+    Field(usize),
+    /// The `i`-th evaluated argument.
+    Evaluated(usize),
 }
 
-/// Each aggregate's argument evaluated over a batch; `None` for `count(*)`.
+/// How a numeric aggregate folds its input.
+#[derive(Clone, Copy, Debug)]
+enum Fold {
+    Rows,
+    NonNull,
+    Int,
+    Float,
+}
+
+#[derive(Clone, Debug)]
+struct NumAgg {
+    init: Acc,
+    source: Source,
+    fold: Fold,
+}
+
+#[derive(Clone, Debug)]
+struct OtherAgg {
+    init: AccState,
+    source: Source,
+}
+
+/// The aggregates of one window operator: which are numeric, where their
+/// inputs come from, and the output order.
+pub(super) struct Aggregates {
+    num: Vec<NumAgg>,
+    other: Vec<OtherAgg>,
+    /// Output position → (numeric?, index in `num` or `other`).
+    order: Vec<(bool, usize)>,
+    /// Aggregate indices whose arguments must be evaluated.
+    evaluated: Vec<usize>,
+}
+
+/// Arguments evaluated over one batch; `failed` rows were dead-lettered.
 pub(super) struct Args {
-    columns: Vec<Option<Column>>,
-    /// Rows whose arguments failed to evaluate (already dead-lettered).
+    columns: Vec<Column>,
     pub(super) failed: Vec<bool>,
     pub(super) any_failed: bool,
 }
 
-impl<'p> Aggregates<'p> {
-    pub(super) fn new(calls: &'p [AggCall]) -> Self {
-        Aggregates { calls }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.calls.len()
-    }
-
-    /// Appends a fresh accumulator for every aggregate.
-    pub(super) fn init(&self, out: &mut Vec<AccState>) {
-        for call in self.calls {
-            let arg_type = call.arg.as_ref().map(|a| a.data_type());
-            out.push(match (call.func, arg_type) {
-                (AggFunc::CountRows | AggFunc::Count, _) => AccState::Num(Acc::Count(0)),
-                (AggFunc::Sum, Some(DataType::Float)) => AccState::Num(Acc::SumFloat(None)),
-                (AggFunc::Sum, _) => AccState::Num(Acc::SumInt(None)),
-                (AggFunc::Min, Some(DataType::Float)) => AccState::Num(Acc::MinFloat(None)),
-                (AggFunc::Max, Some(DataType::Float)) => AccState::Num(Acc::MaxFloat(None)),
-                (AggFunc::Min, Some(DataType::Str)) => AccState::MinStr(None),
-                (AggFunc::Max, Some(DataType::Str)) => AccState::MaxStr(None),
-                (AggFunc::Min, _) => AccState::Num(Acc::MinInt(None)),
-                (AggFunc::Max, _) => AccState::Num(Acc::MaxInt(None)),
-                (AggFunc::Avg, Some(DataType::Float)) => {
-                    AccState::Num(Acc::AvgFloat { sum: 0.0, n: 0 })
+impl Aggregates {
+    pub(super) fn new(calls: &[AggCall]) -> Aggregates {
+        let mut a = Aggregates { num: Vec::new(), other: Vec::new(), order: Vec::new(), evaluated: Vec::new() };
+        for (i, call) in calls.iter().enumerate() {
+            let source = match (&call.arg, call.field) {
+                (None, _) => Source::Rows,
+                (Some(_), Some(col)) => Source::Field(col),
+                (Some(_), None) => {
+                    a.evaluated.push(i);
+                    Source::Evaluated(a.evaluated.len() - 1)
                 }
-                (AggFunc::Avg, _) => AccState::Num(Acc::AvgInt { sum: 0, n: 0 }),
-                (AggFunc::First, _) => AccState::First(None),
-                (AggFunc::Last, _) => AccState::Last(None),
-                (AggFunc::CountDistinct, _) => AccState::Distinct(HashSet::new()),
-            });
+            };
+            let arg_type = call.arg.as_ref().map(|c| c.data_type());
+            let float = arg_type == Some(DataType::Float);
+            let num = match call.func {
+                AggFunc::CountRows => Some((Acc::Count(0), Fold::Rows)),
+                AggFunc::Count => Some((Acc::Count(0), Fold::NonNull)),
+                AggFunc::Sum if float => Some((Acc::SumFloat(None), Fold::Float)),
+                AggFunc::Sum => Some((Acc::SumInt(None), Fold::Int)),
+                AggFunc::Avg if float => Some((Acc::AvgFloat { sum: 0.0, n: 0 }, Fold::Float)),
+                AggFunc::Avg => Some((Acc::AvgInt { sum: 0, n: 0 }, Fold::Int)),
+                AggFunc::Min if float => Some((Acc::MinFloat(None), Fold::Float)),
+                AggFunc::Max if float => Some((Acc::MaxFloat(None), Fold::Float)),
+                AggFunc::Min if arg_type == Some(DataType::Int) => Some((Acc::MinInt(None), Fold::Int)),
+                AggFunc::Max if arg_type == Some(DataType::Int) => Some((Acc::MaxInt(None), Fold::Int)),
+                _ => None,
+            };
+            match num {
+                Some((init, fold)) => {
+                    a.order.push((true, a.num.len()));
+                    a.num.push(NumAgg { init, source, fold });
+                }
+                None => {
+                    let init = match call.func {
+                        AggFunc::Min => AccState::MinStr(None),
+                        AggFunc::Max => AccState::MaxStr(None),
+                        AggFunc::First => AccState::First(None),
+                        AggFunc::Last => AccState::Last(None),
+                        _ => AccState::Distinct(HashSet::new()),
+                    };
+                    a.order.push((false, a.other.len()));
+                    a.other.push(OtherAgg { init, source });
+                }
+            }
         }
+        a
     }
 
-    /// Evaluates every argument over `batch`. A row whose evaluation fails
-    /// is reported through `dead_letter` and marked failed.
-    pub(super) fn eval(&self, batch: &Batch, mut dead_letter: impl FnMut(usize, &str)) -> Args {
+    pub(super) fn num_len(&self) -> usize {
+        self.num.len()
+    }
+
+    pub(super) fn other_len(&self) -> usize {
+        self.other.len()
+    }
+
+    /// Appends fresh accumulators for one key.
+    #[inline]
+    pub(super) fn init(&self, num: &mut Vec<Acc>, other: &mut Vec<AccState>) {
+        num.extend(self.num.iter().map(|a| a.init));
+        other.extend(self.other.iter().map(|a| a.init.clone()));
+    }
+
+    /// Evaluates the arguments that are not bare fields. A row whose
+    /// evaluation fails is reported through `dead_letter` and marked.
+    pub(super) fn eval(&self, calls: &[AggCall], batch: &Batch, mut dead_letter: impl FnMut(usize, &str)) -> Args {
         let n = batch.len();
-        let mut args = Args {
-            columns: Vec::with_capacity(self.calls.len()),
-            failed: vec![false; n],
-            any_failed: false,
-        };
-        for call in self.calls {
-            let Some(arg) = &call.arg else {
-                args.columns.push(None);
-                continue;
-            };
+        let mut args = Args { columns: Vec::with_capacity(self.evaluated.len()), failed: Vec::new(), any_failed: false };
+        for &i in &self.evaluated {
+            let arg = calls[i].arg.as_ref().expect("evaluated aggregates have an argument");
             let mut col = Column::new(arg.data_type(), n);
             for row in 0..n {
                 if let Err(e) = arg.eval_into(batch, row, &mut col) {
                     col.push_null();
+                    if args.failed.is_empty() {
+                        args.failed = vec![false; n];
+                    }
                     if !args.failed[row] {
                         args.failed[row] = true;
                         args.any_failed = true;
@@ -140,122 +202,69 @@ impl<'p> Aggregates<'p> {
                     }
                 }
             }
-            args.columns.push(Some(col));
+            args.columns.push(col);
         }
         args
     }
 
-    /// Folds row `row` (with event time `ts`) into `accs`.
     #[inline]
-    pub(super) fn update(&self, accs: &mut [AccState], args: &Args, row: usize, ts: i64) {
-        for (acc, col) in accs.iter_mut().zip(&args.columns) {
-            let Some(col) = col else {
-                if let AccState::Num(a) = acc {
-                    a.add_row();
-                }
+    fn column<'a>(source: Source, batch: &'a Batch, args: &'a Args) -> Option<&'a Column> {
+        match source {
+            Source::Rows => None,
+            Source::Field(c) => Some(batch.column(c)),
+            Source::Evaluated(i) => Some(&args.columns[i]),
+        }
+    }
+
+    /// Folds row `row` (with event time `ts`) into one key's accumulators.
+    #[inline]
+    pub(super) fn update(&self, num: &mut [Acc], other: &mut [AccState], batch: &Batch, args: &Args, row: usize, ts: i64) {
+        for (acc, agg) in num.iter_mut().zip(&self.num) {
+            let Some(col) = Self::column(agg.source, batch, args) else {
+                acc.add_row();
                 continue;
             };
             if col.is_null(row) {
                 continue;
             }
-            match acc {
-                AccState::Num(a @ Acc::Count(_)) => a.add_row(),
-                AccState::Num(a) => match col.data_type() {
-                    DataType::Int => a.add_int(col.ints()[row]),
-                    DataType::Float => a.add_float(col.floats()[row]),
-                    _ => {}
-                },
-                AccState::MinStr(m) => {
-                    let v = col.str(row).unwrap_or_default();
-                    if m.as_deref().is_none_or(|cur| v < cur) {
-                        *m = Some(v.into());
-                    }
-                }
-                AccState::MaxStr(m) => {
-                    let v = col.str(row).unwrap_or_default();
-                    if m.as_deref().is_none_or(|cur| v > cur) {
-                        *m = Some(v.into());
-                    }
-                }
-                AccState::First(slot) => {
-                    let v = col.get(row);
-                    let better = match slot {
-                        None => true,
-                        Some((t, cur)) => {
-                            ts < *t || (ts == *t && value_cmp(v, cur.as_ref()).is_lt())
-                        }
-                    };
-                    if better {
-                        *slot = Owned::from_ref(v).map(|o| (ts, o));
-                    }
-                }
-                AccState::Last(slot) => {
-                    let v = col.get(row);
-                    let better = match slot {
-                        None => true,
-                        Some((t, cur)) => {
-                            ts > *t || (ts == *t && value_cmp(v, cur.as_ref()).is_gt())
-                        }
-                    };
-                    if better {
-                        *slot = Owned::from_ref(v).map(|o| (ts, o));
-                    }
-                }
-                AccState::Distinct(set) => {
-                    let mut key = Vec::new();
-                    crate::data::encode_value(col.get(row), &mut key);
-                    set.insert(key.into_boxed_slice());
-                }
+            match agg.fold {
+                Fold::Rows | Fold::NonNull => acc.add_row(),
+                Fold::Int => acc.add_int(col.ints()[row]),
+                Fold::Float => acc.add_float(col.floats()[row]),
             }
+        }
+        for (acc, agg) in other.iter_mut().zip(&self.other) {
+            let Some(col) = Self::column(agg.source, batch, args) else { continue };
+            let v = col.get(row);
+            if v == ValueRef::Null {
+                continue;
+            }
+            update_other(acc, v, ts);
         }
     }
 
-    /// Merges `from` into `into` (session windows joining).
-    pub(super) fn merge(&self, into: &mut [AccState], from: &[AccState]) {
-        for (a, b) in into.iter_mut().zip(from) {
-            match (a, b) {
-                (AccState::Num(x), AccState::Num(y)) => x.merge(y),
-                (AccState::MinStr(x), AccState::MinStr(Some(y))) => {
-                    if x.as_deref().is_none_or(|cur| &**y < cur) {
-                        *x = Some(y.clone());
-                    }
-                }
-                (AccState::MaxStr(x), AccState::MaxStr(Some(y))) => {
-                    if x.as_deref().is_none_or(|cur| &**y > cur) {
-                        *x = Some(y.clone());
-                    }
-                }
-                (AccState::First(x), AccState::First(Some((t, v)))) => {
-                    let better = x.as_ref().is_none_or(|(ct, cv)| {
-                        t < ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_lt())
-                    });
-                    if better {
-                        *x = Some((*t, v.clone()));
-                    }
-                }
-                (AccState::Last(x), AccState::Last(Some((t, v)))) => {
-                    let better = x.as_ref().is_none_or(|(ct, cv)| {
-                        t > ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_gt())
-                    });
-                    if better {
-                        *x = Some((*t, v.clone()));
-                    }
-                }
-                (AccState::Distinct(x), AccState::Distinct(y)) => x.extend(y.iter().cloned()),
-                _ => {}
-            }
+    /// Merges one key's accumulators into another's (sessions joining).
+    pub(super) fn merge(&self, num: &mut [Acc], other: &mut [AccState], from_num: &[Acc], from_other: &[AccState]) {
+        for (a, b) in num.iter_mut().zip(from_num) {
+            a.merge(b);
+        }
+        for (a, b) in other.iter_mut().zip(from_other) {
+            merge_other(a, b);
         }
     }
 
-    /// Appends every aggregate's value to its output column.
-    pub(super) fn finish(&self, accs: &[AccState], out: &mut [Column]) {
-        for (acc, col) in accs.iter().zip(out.iter_mut()) {
-            match acc {
-                AccState::Num(a) => match a.finish() {
+    /// Appends every aggregate's value, in output order, to `out`.
+    pub(super) fn finish(&self, num: &[Acc], other: &[AccState], out: &mut [Column]) {
+        for (&(is_num, i), col) in self.order.iter().zip(out.iter_mut()) {
+            if is_num {
+                match num[i].finish() {
                     AggValue::Null => col.push_null(),
-                    AggValue::Int(i) => col.push_value(ValueRef::Int(i)),
-                    AggValue::Float(f) => col.push_float(f),
-                },
+                    AggValue::Int(v) => col.push_value(ValueRef::Int(v)),
+                    AggValue::Float(v) => col.push_float(v),
+                }
+                continue;
+            }
+            match &other[i] {
                 AccState::MinStr(s) | AccState::MaxStr(s) => match s {
                     Some(s) => col.push_str(s),
                     None => col.push_null(),
@@ -267,5 +276,66 @@ impl<'p> Aggregates<'p> {
                 AccState::Distinct(set) => col.push_int(set.len() as i64),
             }
         }
+    }
+}
+
+fn update_other(acc: &mut AccState, v: ValueRef<'_>, ts: i64) {
+    match acc {
+        AccState::MinStr(m) => {
+            if let ValueRef::Str(s) = v
+                && m.as_deref().is_none_or(|cur| s < cur)
+            {
+                *m = Some(s.into());
+            }
+        }
+        AccState::MaxStr(m) => {
+            if let ValueRef::Str(s) = v
+                && m.as_deref().is_none_or(|cur| s > cur)
+            {
+                *m = Some(s.into());
+            }
+        }
+        AccState::First(slot) => {
+            if slot.as_ref().is_none_or(|(t, cur)| ts < *t || (ts == *t && value_cmp(v, cur.as_ref()).is_lt())) {
+                *slot = Owned::from_value(v).map(|o| (ts, o));
+            }
+        }
+        AccState::Last(slot) => {
+            if slot.as_ref().is_none_or(|(t, cur)| ts > *t || (ts == *t && value_cmp(v, cur.as_ref()).is_gt())) {
+                *slot = Owned::from_value(v).map(|o| (ts, o));
+            }
+        }
+        AccState::Distinct(set) => {
+            let mut key = Vec::new();
+            crate::data::encode_value(v, &mut key);
+            set.insert(key.into_boxed_slice());
+        }
+    }
+}
+
+fn merge_other(a: &mut AccState, b: &AccState) {
+    match (a, b) {
+        (AccState::MinStr(x), AccState::MinStr(Some(y))) => {
+            if x.as_deref().is_none_or(|cur| &**y < cur) {
+                *x = Some(y.clone());
+            }
+        }
+        (AccState::MaxStr(x), AccState::MaxStr(Some(y))) => {
+            if x.as_deref().is_none_or(|cur| &**y > cur) {
+                *x = Some(y.clone());
+            }
+        }
+        (AccState::First(x), AccState::First(Some((t, v)))) => {
+            if x.as_ref().is_none_or(|(ct, cv)| t < ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_lt())) {
+                *x = Some((*t, v.clone()));
+            }
+        }
+        (AccState::Last(x), AccState::Last(Some((t, v)))) => {
+            if x.as_ref().is_none_or(|(ct, cv)| t > ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_gt())) {
+                *x = Some((*t, v.clone()));
+            }
+        }
+        (AccState::Distinct(x), AccState::Distinct(y)) => x.extend(y.iter().cloned()),
+        _ => {}
     }
 }

@@ -6,6 +6,7 @@ use sqlparser::ast::{DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, Fun
 
 use super::compile::{Compiler, type_name};
 use super::functions::{AGGREGATES, function_name};
+use super::names::resolve_field;
 use super::parse::parse;
 use super::{AggCall, AggFunc, ExprError};
 use crate::data::{DataType, Schema};
@@ -67,6 +68,7 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
             return Ok(AggCall {
                 func: AggFunc::CountRows,
                 arg: None,
+                field: None,
                 output: DataType::Int,
             });
         }
@@ -124,9 +126,19 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
             || compiled.data_type() == output
             || func == AggFunc::Avg
     );
+    // A bare field is read straight from its column, with no evaluation.
+    let mut bare = arg;
+    while let Expr::Nested(inner) = bare {
+        bare = inner;
+    }
+    let field = match bare {
+        Expr::Identifier(ident) => resolve_field(schema, &ident.value).ok().map(|(i, _)| i),
+        _ => None,
+    };
     Ok(AggCall {
         func,
         arg: Some(compiled),
+        field,
         output,
     })
 }

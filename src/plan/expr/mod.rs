@@ -129,6 +129,9 @@ pub(crate) struct AggCall {
     pub(crate) func: AggFunc,
     /// The argument; `None` only for `count(*)`.
     pub(crate) arg: Option<Compiled>,
+    /// The argument's column when it is a bare field (`sum(price)`), so it
+    /// can be read directly instead of evaluated.
+    pub(crate) field: Option<usize>,
     /// The type of the aggregate's result.
     pub(crate) output: DataType,
 }
