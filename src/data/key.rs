@@ -30,9 +30,11 @@ impl KeySpec {
         &self.types
     }
 
-    /// Whether keys fit a [`WordKey`].
-    pub(crate) fn fits_words(&self) -> bool {
-        self.types.len() <= WordKey::FIELDS && self.types.iter().all(|t| *t != DataType::Str)
+    /// The number of fields if keys fit a [`WordKey`] (fixed-width fields,
+    /// at most two), else `None`.
+    pub(crate) fn word_fields(&self) -> Option<usize> {
+        let fixed = self.types.iter().all(|t| *t != DataType::Str);
+        (fixed && self.types.len() <= 2).then_some(self.types.len())
     }
 
     /// The stable hash of row `row`'s key.
@@ -150,23 +152,19 @@ pub(crate) trait GroupKey: Sized + Send + 'static {
     fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]);
 }
 
-/// Up to two fixed-width fields as words, with a null mask.
+/// `N` fixed-width fields as words, with a null mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WordKey {
-    words: [u64; WordKey::FIELDS],
+pub(crate) struct WordKey<const N: usize> {
+    words: [u64; N],
     nulls: u8,
 }
 
-impl WordKey {
-    pub(crate) const FIELDS: usize = 2;
-}
-
-impl GroupKey for WordKey {
-    type Probe<'a> = WordKey;
+impl<const N: usize> GroupKey for WordKey<N> {
+    type Probe<'a> = WordKey<N>;
 
     #[inline]
-    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &'a mut Vec<u8>) -> WordKey {
-        let mut key = WordKey { words: [0; 2], nulls: 0 };
+    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &'a mut Vec<u8>) -> WordKey<N> {
+        let mut key = WordKey { words: [0; N], nulls: 0 };
         for (i, &c) in spec.columns.iter().enumerate() {
             key.words[i] = match batch.column(c).get(row) {
                 ValueRef::Int(v) => v as u64,
@@ -182,12 +180,12 @@ impl GroupKey for WordKey {
     }
 
     #[inline]
-    fn matches(&self, probe: &WordKey) -> bool {
+    fn matches(&self, probe: &WordKey<N>) -> bool {
         self == probe
     }
 
     #[inline]
-    fn store(probe: &WordKey) -> WordKey {
+    fn store(probe: &WordKey<N>) -> WordKey<N> {
         *probe
     }
 
@@ -295,8 +293,8 @@ mod tests {
     fn word_keys_round_trip() {
         let b = batch();
         let spec = KeySpec::new(vec![2, 0], vec![DataType::Float, DataType::Int]);
-        assert!(spec.fits_words());
-        let cols = round_trip::<WordKey>(&spec, &b);
+        assert_eq!(spec.word_fields(), Some(2));
+        let cols = round_trip::<WordKey<2>>(&spec, &b);
         assert_eq!(cols[1].ints(), &[1, -7]);
         assert_eq!(cols[0].float(1), Some(2.5));
     }

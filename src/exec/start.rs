@@ -291,8 +291,11 @@ fn instantiate(
         OpSpec::Project(keep) => Box::new(ops::Project::new(keep.clone(), out_schema())),
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),
-            _ if w.key.fits_words() => Box::new(ops::Window::<WordKey>::new(w.clone(), bins, batch)),
-            _ => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
+            _ => match w.key.word_fields() {
+                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), bins, batch)),
+                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), bins, batch)),
+                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
+            },
         },
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),
         OpSpec::Stdout { format } | OpSpec::FileSink { format, .. } => {

@@ -428,6 +428,12 @@ impl NodeBuilder<'_> {
             debug_assert_eq!(k.types().len(), out_fields.len());
         }
         let mut ok = true;
+        if w.aggregates.len() > crate::kernel::agg::MAX_NUM_AGGS {
+            let span = w.aggregates[crate::kernel::agg::MAX_NUM_AGGS].0.span.clone();
+            let msg = format!("a window takes at most {} aggregates", crate::kernel::agg::MAX_NUM_AGGS);
+            self.error(span, "aggregates", msg);
+            ok = false;
+        }
         for (name, text) in &w.aggregates {
             let reserved = ["window_start", "window_end"].contains(&name.value.as_str());
             if reserved || out_fields.iter().any(|f| f.name == name.value) {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use super::window_state::{AccState, Aggregates};
-use crate::kernel::agg::Acc;
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, Column};
 use crate::exec::operator::{OpCtx, Operator};
@@ -34,7 +33,7 @@ pub(crate) struct SessionWindow {
 
 struct Session {
     span: Span,
-    num: Vec<Acc>,
+    num: Vec<u64>,
     other: Vec<AccState>,
     /// Whether the current contents were emitted.
     fired: bool,

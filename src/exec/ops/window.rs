@@ -21,7 +21,6 @@ use super::window_state::{AccState, Aggregates, Args};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, Column, GroupKey};
 use crate::exec::operator::{OpCtx, Operator};
-use crate::kernel::agg::Acc;
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::{hopping_windows, tumbling_start};
 use crate::plan::WindowPlan;
@@ -51,8 +50,9 @@ struct Panes<K> {
     bins: Vec<Pane<K>>,
 }
 
+/// A key in a pane's table. The hash is not kept here (hashbrown's control
+/// byte already filters most mismatches), so slots stay small.
 struct Slot<K> {
-    hash: u64,
     key: K,
     entry: u32,
 }
@@ -60,25 +60,29 @@ struct Slot<K> {
 /// The keys of one bin in one window.
 struct Pane<K> {
     table: HashTable<Slot<K>>,
+    /// Each entry's hash, for growing the table.
+    hashes: Vec<u64>,
     /// Numeric accumulators, `Aggregates::num_len` per entry.
-    num: Vec<Acc>,
+    num: Vec<u64>,
     /// Other accumulators, `Aggregates::other_len` per entry.
     other: Vec<AccState>,
 }
 
 impl<K: GroupKey> Pane<K> {
     fn new() -> Pane<K> {
-        Pane { table: HashTable::new(), num: Vec::new(), other: Vec::new() }
+        Pane { table: HashTable::new(), hashes: Vec::new(), num: Vec::new(), other: Vec::new() }
     }
 
     /// The entry of the probed key, created with fresh accumulators if new.
     #[inline]
     fn entry(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates) -> usize {
-        if let Some(slot) = self.table.find(hash, |s| s.hash == hash && s.key.matches(probe)) {
+        if let Some(slot) = self.table.find(hash, |s| s.key.matches(probe)) {
             return slot.entry as usize;
         }
         let entry = self.table.len();
-        self.table.insert_unique(hash, Slot { hash, key: K::store(probe), entry: entry as u32 }, |s| s.hash);
+        self.hashes.push(hash);
+        let hashes = &self.hashes;
+        self.table.insert_unique(hash, Slot { key: K::store(probe), entry: entry as u32 }, |s| hashes[s.entry as usize]);
         aggs.init(&mut self.num, &mut self.other);
         entry
     }

@@ -9,7 +9,7 @@
 use hashbrown::HashSet;
 
 use crate::data::{Batch, Column, DataType, ValueRef};
-use crate::kernel::agg::{Acc, AggValue};
+use crate::kernel::agg::{AggValue, NumAgg, NumLayout};
 use crate::plan::expr::{AggCall, AggFunc};
 
 /// A value owned by an accumulator (`first`, `last`) or a stored row.
@@ -88,8 +88,7 @@ enum Fold {
 }
 
 #[derive(Clone, Debug)]
-struct NumAgg {
-    init: Acc,
+struct NumInput {
     source: Source,
     fold: Fold,
 }
@@ -103,7 +102,8 @@ struct OtherAgg {
 /// The aggregates of one window operator: which are numeric, where their
 /// inputs come from, and the output order.
 pub(super) struct Aggregates {
-    num: Vec<NumAgg>,
+    layout: NumLayout,
+    num: Vec<NumInput>,
     other: Vec<OtherAgg>,
     /// Output position → (numeric?, index in `num` or `other`).
     order: Vec<(bool, usize)>,
@@ -120,7 +120,14 @@ pub(super) struct Args {
 
 impl Aggregates {
     pub(super) fn new(calls: &[AggCall]) -> Aggregates {
-        let mut a = Aggregates { num: Vec::new(), other: Vec::new(), order: Vec::new(), evaluated: Vec::new() };
+        let mut kinds = Vec::new();
+        let mut a = Aggregates {
+            layout: NumLayout::new(&[]).expect("empty layout"),
+            num: Vec::new(),
+            other: Vec::new(),
+            order: Vec::new(),
+            evaluated: Vec::new(),
+        };
         for (i, call) in calls.iter().enumerate() {
             let source = match (&call.arg, call.field) {
                 (None, _) => Source::Rows,
@@ -133,22 +140,23 @@ impl Aggregates {
             let arg_type = call.arg.as_ref().map(|c| c.data_type());
             let float = arg_type == Some(DataType::Float);
             let num = match call.func {
-                AggFunc::CountRows => Some((Acc::Count(0), Fold::Rows)),
-                AggFunc::Count => Some((Acc::Count(0), Fold::NonNull)),
-                AggFunc::Sum if float => Some((Acc::SumFloat(None), Fold::Float)),
-                AggFunc::Sum => Some((Acc::SumInt(None), Fold::Int)),
-                AggFunc::Avg if float => Some((Acc::AvgFloat { sum: 0.0, n: 0 }, Fold::Float)),
-                AggFunc::Avg => Some((Acc::AvgInt { sum: 0, n: 0 }, Fold::Int)),
-                AggFunc::Min if float => Some((Acc::MinFloat(None), Fold::Float)),
-                AggFunc::Max if float => Some((Acc::MaxFloat(None), Fold::Float)),
-                AggFunc::Min if arg_type == Some(DataType::Int) => Some((Acc::MinInt(None), Fold::Int)),
-                AggFunc::Max if arg_type == Some(DataType::Int) => Some((Acc::MaxInt(None), Fold::Int)),
+                AggFunc::CountRows => Some((NumAgg::Count, Fold::Rows)),
+                AggFunc::Count => Some((NumAgg::Count, Fold::NonNull)),
+                AggFunc::Sum if float => Some((NumAgg::SumFloat, Fold::Float)),
+                AggFunc::Sum => Some((NumAgg::SumInt, Fold::Int)),
+                AggFunc::Avg if float => Some((NumAgg::AvgFloat, Fold::Float)),
+                AggFunc::Avg => Some((NumAgg::AvgInt, Fold::Int)),
+                AggFunc::Min if float => Some((NumAgg::MinFloat, Fold::Float)),
+                AggFunc::Max if float => Some((NumAgg::MaxFloat, Fold::Float)),
+                AggFunc::Min if arg_type == Some(DataType::Int) => Some((NumAgg::MinInt, Fold::Int)),
+                AggFunc::Max if arg_type == Some(DataType::Int) => Some((NumAgg::MaxInt, Fold::Int)),
                 _ => None,
             };
             match num {
-                Some((init, fold)) => {
+                Some((kind, fold)) => {
                     a.order.push((true, a.num.len()));
-                    a.num.push(NumAgg { init, source, fold });
+                    a.num.push(NumInput { source, fold });
+                    kinds.push(kind);
                 }
                 None => {
                     let init = match call.func {
@@ -163,11 +171,14 @@ impl Aggregates {
                 }
             }
         }
+        // The plan allows at most MAX_NUM_AGGS aggregates.
+        a.layout = NumLayout::new(&kinds).expect("the plan limits the number of aggregates");
         a
     }
 
+    /// Words of numeric state per key.
     pub(super) fn num_len(&self) -> usize {
-        self.num.len()
+        self.layout.words()
     }
 
     pub(super) fn other_len(&self) -> usize {
@@ -176,8 +187,8 @@ impl Aggregates {
 
     /// Appends fresh accumulators for one key.
     #[inline]
-    pub(super) fn init(&self, num: &mut Vec<Acc>, other: &mut Vec<AccState>) {
-        num.extend(self.num.iter().map(|a| a.init));
+    pub(super) fn init(&self, num: &mut Vec<u64>, other: &mut Vec<AccState>) {
+        num.resize(num.len() + self.layout.words(), 0);
         other.extend(self.other.iter().map(|a| a.init.clone()));
     }
 
@@ -218,19 +229,19 @@ impl Aggregates {
 
     /// Folds row `row` (with event time `ts`) into one key's accumulators.
     #[inline]
-    pub(super) fn update(&self, num: &mut [Acc], other: &mut [AccState], batch: &Batch, args: &Args, row: usize, ts: i64) {
-        for (acc, agg) in num.iter_mut().zip(&self.num) {
+    pub(super) fn update(&self, num: &mut [u64], other: &mut [AccState], batch: &Batch, args: &Args, row: usize, ts: i64) {
+        for (i, agg) in self.num.iter().enumerate() {
             let Some(col) = Self::column(agg.source, batch, args) else {
-                acc.add_row();
+                self.layout.add_row(num, i);
                 continue;
             };
             if col.is_null(row) {
                 continue;
             }
             match agg.fold {
-                Fold::Rows | Fold::NonNull => acc.add_row(),
-                Fold::Int => acc.add_int(col.ints()[row]),
-                Fold::Float => acc.add_float(col.floats()[row]),
+                Fold::Rows | Fold::NonNull => self.layout.add_row(num, i),
+                Fold::Int => self.layout.add_int(num, i, col.ints()[row]),
+                Fold::Float => self.layout.add_float(num, i, col.floats()[row]),
             }
         }
         for (acc, agg) in other.iter_mut().zip(&self.other) {
@@ -244,9 +255,9 @@ impl Aggregates {
     }
 
     /// Merges one key's accumulators into another's (sessions joining).
-    pub(super) fn merge(&self, num: &mut [Acc], other: &mut [AccState], from_num: &[Acc], from_other: &[AccState]) {
-        for (a, b) in num.iter_mut().zip(from_num) {
-            a.merge(b);
+    pub(super) fn merge(&self, num: &mut [u64], other: &mut [AccState], from_num: &[u64], from_other: &[AccState]) {
+        if !self.layout.is_empty() {
+            self.layout.merge(num, from_num);
         }
         for (a, b) in other.iter_mut().zip(from_other) {
             merge_other(a, b);
@@ -254,10 +265,10 @@ impl Aggregates {
     }
 
     /// Appends every aggregate's value, in output order, to `out`.
-    pub(super) fn finish(&self, num: &[Acc], other: &[AccState], out: &mut [Column]) {
+    pub(super) fn finish(&self, num: &[u64], other: &[AccState], out: &mut [Column]) {
         for (&(is_num, i), col) in self.order.iter().zip(out.iter_mut()) {
             if is_num {
-                match num[i].finish() {
+                match self.layout.finish(num, i) {
                     AggValue::Null => col.push_null(),
                     AggValue::Int(v) => col.push_value(ValueRef::Int(v)),
                     AggValue::Float(v) => col.push_float(v),
