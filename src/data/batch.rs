@@ -166,7 +166,7 @@ impl BatchBuilder {
         self.ingest_ns.is_empty()
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn column_mut(&mut self, i: usize) -> &mut Column {
         &mut self.columns[i]
     }
@@ -177,7 +177,7 @@ impl BatchBuilder {
 
     /// Completes the row whose fields were just pushed into every column.
     /// `event_time` is ignored for untimed streams.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish_row(&mut self, event_time: i64, ingest_ns: u64) {
         if self.timed {
             self.event_time.push(event_time);

@@ -186,7 +186,7 @@ impl Column {
         bits[row / 64] |= 1 << (row % 64);
     }
 
-    #[inline]
+    #[inline(always)]
     fn pushed(&mut self) {
         self.len += 1;
         if let Some(bits) = &mut self.nulls {
@@ -196,7 +196,7 @@ impl Column {
 
     /// Appends an integer. Panics if the column is not `int`: the plan
     /// guarantees types, so a mismatch is a bug, not bad input.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_int(&mut self, x: i64) {
         match &mut self.values {
             Values::Int(v) => v.push(x),
@@ -205,7 +205,7 @@ impl Column {
         self.pushed();
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_float(&mut self, x: f64) {
         match &mut self.values {
             Values::Float(v) => v.push(x),
@@ -214,7 +214,7 @@ impl Column {
         self.pushed();
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_bool(&mut self, x: bool) {
         match &mut self.values {
             Values::Bool(v) => v.push(x),
@@ -223,7 +223,7 @@ impl Column {
         self.pushed();
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_str(&mut self, x: &str) {
         match &mut self.values {
             Values::Str { offsets, data } => {

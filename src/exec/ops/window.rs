@@ -1,10 +1,11 @@
 //! `window` with tumbling or hopping windows: keyed event-time aggregation.
 //!
 //! State is window-major, bin-minor: every open window holds one pane per
-//! bin, and a pane is one flat hash table of keys with their accumulators in
-//! a contiguous array. A lookup touches the table's control bytes, one slot
-//! (hash, key, index) and the accumulators. Moving or checkpointing a bin is
-//! taking its pane out of each open window.
+//! bin, and a pane is one flat hash table whose slots hold the key and its
+//! numeric accumulators inline (up to [`INLINE_WORDS`] words; more spill to
+//! the heap). A lookup touches the table's control bytes and one slot, which
+//! is what keeps a window of 10 000 keys in the L2 cache. Moving or
+//! checkpointing a bin is taking its pane out of each open window.
 //!
 //! Semantics follow Flink's event-time windows: a window fires once the
 //! watermark reaches its last millisecond; with `allowed_lateness` it is
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use super::window_state::{AccState, Aggregates, Args};
 use crate::config::WindowKind;
@@ -50,47 +52,75 @@ struct Panes<K> {
     bins: Vec<Pane<K>>,
 }
 
-/// A key in a pane's table. The hash is not kept here (hashbrown's control
-/// byte already filters most mismatches), so slots stay small.
+/// Numeric accumulator words kept in the slot itself.
+const INLINE_WORDS: usize = 3;
+
+/// One key's numeric accumulators.
+enum NumWords {
+    Inline([u64; INLINE_WORDS]),
+    Heap(Box<[u64]>),
+}
+
+impl NumWords {
+    fn new(words: usize) -> NumWords {
+        if words <= INLINE_WORDS { NumWords::Inline([0; INLINE_WORDS]) } else { NumWords::Heap(vec![0; words].into_boxed_slice()) }
+    }
+
+    #[inline]
+    fn words_mut(&mut self) -> &mut [u64] {
+        match self {
+            NumWords::Inline(w) => w,
+            NumWords::Heap(w) => w,
+        }
+    }
+
+    #[inline]
+    fn words(&self) -> &[u64] {
+        match self {
+            NumWords::Inline(w) => w,
+            NumWords::Heap(w) => w,
+        }
+    }
+}
+
+/// A key in a pane's table with its numeric accumulators; `entry` indexes
+/// the accumulators that own values, when the window has any.
 struct Slot<K> {
+    hash: u64,
     key: K,
     entry: u32,
+    num: NumWords,
 }
 
 /// The keys of one bin in one window.
 struct Pane<K> {
     table: HashTable<Slot<K>>,
-    /// Each entry's hash, for growing the table.
-    hashes: Vec<u64>,
-    /// Numeric accumulators, `Aggregates::num_len` per entry.
-    num: Vec<u64>,
     /// Other accumulators, `Aggregates::other_len` per entry.
     other: Vec<AccState>,
 }
 
 impl<K: GroupKey> Pane<K> {
     fn new() -> Pane<K> {
-        Pane { table: HashTable::new(), hashes: Vec::new(), num: Vec::new(), other: Vec::new() }
+        Pane { table: HashTable::new(), other: Vec::new() }
     }
 
-    /// The entry of the probed key, created with fresh accumulators if new.
+    /// Folds row `row` into the probed key's accumulators, creating them if
+    /// the key is new; returns the key's slot.
     #[inline]
-    fn entry(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates) -> usize {
-        if let Some(slot) = self.table.find(hash, |s| s.key.matches(probe)) {
-            return slot.entry as usize;
-        }
-        let entry = self.table.len();
-        self.hashes.push(hash);
-        let hashes = &self.hashes;
-        self.table.insert_unique(hash, Slot { key: K::store(probe), entry: entry as u32 }, |s| hashes[s.entry as usize]);
-        aggs.init(&mut self.num, &mut self.other);
-        entry
-    }
-
-    #[inline]
-    fn update(&mut self, entry: usize, aggs: &Aggregates, batch: &Batch, args: &Args, row: usize, ts: i64) {
-        let (n, o) = (aggs.num_len(), aggs.other_len());
-        aggs.update(&mut self.num[entry * n..(entry + 1) * n], &mut self.other[entry * o..(entry + 1) * o], batch, args, row, ts);
+    fn update(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates, batch: &Batch, args: &Args, row: usize, ts: i64) -> &Slot<K> {
+        let o = aggs.other_len();
+        let entry = self.table.len() as u32;
+        let slot = match self.table.entry(hash, |s| s.key.matches(probe), |s| s.hash) {
+            Entry::Occupied(found) => found.into_mut(),
+            Entry::Vacant(vacant) => {
+                aggs.init_other(&mut self.other);
+                let slot = Slot { hash, key: K::store(probe), entry, num: NumWords::new(aggs.num_len()) };
+                vacant.insert(slot).into_mut()
+            }
+        };
+        let e = slot.entry as usize;
+        aggs.update(slot.num.words_mut(), &mut self.other[e * o..(e + 1) * o], batch, args, row, ts);
+        slot
     }
 }
 
@@ -104,13 +134,13 @@ struct Output<'a, 'b> {
 impl Output<'_, '_> {
     fn row<K: GroupKey>(&mut self, plan: &WindowPlan, aggs: &Aggregates, pane: &Pane<K>, slot: &Slot<K>, start: i64, end: i64, ingest_ns: u64) {
         let n_keys = plan.key.types().len();
-        let (n, o, e) = (aggs.num_len(), aggs.other_len(), slot.entry as usize);
+        let (o, e) = (aggs.other_len(), slot.entry as usize);
         let cols = self.builder.columns_mut();
         let (key_cols, rest) = cols.split_at_mut(n_keys);
         let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
         slot.key.decode_into(&plan.key, &mut key_refs);
         let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
-        aggs.finish(&pane.num[e * n..(e + 1) * n], &pane.other[e * o..(e + 1) * o], agg_cols);
+        aggs.finish(slot.num.words(), &pane.other[e * o..(e + 1) * o], agg_cols);
         bounds[0].push_int(start);
         bounds[1].push_int(end);
         self.builder.finish_row(end - 1, ingest_ns);
@@ -196,11 +226,9 @@ impl<K: GroupKey> Operator for Window<K> {
                         current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size, bins))));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                    let pane = &mut panes.bins[bin as usize];
-                    let e = pane.entry(hash, &probe, aggs);
-                    pane.update(e, aggs, &batch, &args, row, ts);
+                    let slot = panes.bins[bin as usize].update(hash, &probe, aggs, &batch, &args, row, ts);
                     if panes.fired {
-                        refire.push((start, bin, hash, e as u32));
+                        refire.push((start, bin, hash, slot.entry));
                     }
                 }
             } else {
@@ -211,11 +239,9 @@ impl<K: GroupKey> Operator for Window<K> {
                     }
                     accepted = true;
                     let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end, bins));
-                    let pane = &mut panes.bins[bin as usize];
-                    let e = pane.entry(hash, &probe, aggs);
-                    pane.update(e, aggs, &batch, &args, row, ts);
+                    let slot = panes.bins[bin as usize].update(hash, &probe, aggs, &batch, &args, row, ts);
                     if panes.fired {
-                        refire.push((w.start, bin, hash, e as u32));
+                        refire.push((w.start, bin, hash, slot.entry));
                     }
                 }
             }

@@ -189,6 +189,12 @@ impl Aggregates {
     #[inline]
     pub(super) fn init(&self, num: &mut Vec<u64>, other: &mut Vec<AccState>) {
         num.resize(num.len() + self.layout.words(), 0);
+        self.init_other(other);
+    }
+
+    /// Appends fresh value-owning accumulators for one key.
+    #[inline]
+    pub(super) fn init_other(&self, other: &mut Vec<AccState>) {
         other.extend(self.other.iter().map(|a| a.init.clone()));
     }
 
