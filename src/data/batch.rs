@@ -189,6 +189,18 @@ impl BatchBuilder {
         );
     }
 
+    /// Completes the rows just appended to every column in bulk, taking
+    /// their event times from the int column `time_column`.
+    pub(crate) fn finish_rows(&mut self, time_column: usize, ingest_ns: u64) {
+        let done = self.ingest_ns.len();
+        let n = self.columns[time_column].len() - done;
+        if self.timed {
+            self.event_time.extend_from_slice(&self.columns[time_column].ints()[done..]);
+        }
+        self.ingest_ns.resize(done + n, ingest_ns);
+        debug_assert!(self.columns.iter().all(|c| c.len() == self.ingest_ns.len()), "a column was not filled");
+    }
+
     /// Undoes the fields written since the last finished row.
     pub(crate) fn abort_row(&mut self) {
         let len = self.len();

@@ -57,24 +57,6 @@ impl Column {
         }
     }
 
-    pub(crate) fn from_ints(v: Vec<i64>) -> Column {
-        let len = v.len();
-        Column {
-            values: Values::Int(v),
-            nulls: None,
-            len,
-        }
-    }
-
-    pub(crate) fn from_floats(v: Vec<f64>) -> Column {
-        let len = v.len();
-        Column {
-            values: Values::Float(v),
-            nulls: None,
-            len,
-        }
-    }
-
     pub(crate) fn data_type(&self) -> DataType {
         match self.values {
             Values::Bool(_) => DataType::Bool,
@@ -87,11 +69,6 @@ impl Column {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     #[inline]
@@ -233,6 +210,20 @@ impl Column {
             _ => type_mismatch(DataType::Str, self.data_type()),
         }
         self.pushed();
+    }
+
+    /// Appends non-null integers (a generator filling a whole column).
+    #[inline]
+    pub(crate) fn extend_ints(&mut self, values: impl ExactSizeIterator<Item = i64>) {
+        let n = values.len();
+        match &mut self.values {
+            Values::Int(v) => v.extend(values),
+            _ => type_mismatch(DataType::Int, self.data_type()),
+        }
+        self.len += n;
+        if let Some(bits) = &mut self.nulls {
+            bits.resize(self.len.div_ceil(64), 0);
+        }
     }
 
     /// Appends a value of the column's type, or null. Ints widen to floats.

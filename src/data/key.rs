@@ -83,7 +83,7 @@ impl KeySpec {
 
     /// Appends the key fields encoded in `key` to `columns` (one per key
     /// field, of the key's types).
-    pub(crate) fn decode_into(&self, mut key: &[u8], columns: &mut [&mut Column]) {
+    pub(crate) fn decode_into(&self, mut key: &[u8], columns: &mut [Column]) {
         for (ty, col) in self.types.iter().zip(columns.iter_mut()) {
             let (tag, rest) = key.split_first().expect("truncated key");
             key = rest;
@@ -149,7 +149,7 @@ pub(crate) trait GroupKey: Sized + Send + 'static {
     fn store(probe: &Self::Probe<'_>) -> Self;
 
     /// Appends the key's fields to `columns` (one per key field).
-    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]);
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]);
 }
 
 /// `N` fixed-width fields as words, with a null mask.
@@ -165,16 +165,18 @@ impl<const N: usize> GroupKey for WordKey<N> {
     #[inline]
     fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &'a mut Vec<u8>) -> WordKey<N> {
         let mut key = WordKey { words: [0; N], nulls: 0 };
-        for (i, &c) in spec.columns.iter().enumerate() {
-            key.words[i] = match batch.column(c).get(row) {
-                ValueRef::Int(v) => v as u64,
-                ValueRef::Float(f) => canonical_float_bits(f),
-                ValueRef::Bool(b) => b as u64,
-                ValueRef::Null | ValueRef::Str(_) => {
-                    key.nulls |= 1 << i;
-                    0
-                }
+        for (i, (&c, ty)) in spec.columns.iter().zip(&spec.types).enumerate() {
+            let col = batch.column(c);
+            let word = match ty {
+                DataType::Int => col.int(row).map(|v| v as u64),
+                DataType::Float => col.float(row).map(canonical_float_bits),
+                DataType::Bool => col.bool(row).map(u64::from),
+                DataType::Str => None,
             };
+            match word {
+                Some(w) => key.words[i] = w,
+                None => key.nulls |= 1 << i,
+            }
         }
         key
     }
@@ -189,7 +191,7 @@ impl<const N: usize> GroupKey for WordKey<N> {
         *probe
     }
 
-    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]) {
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]) {
         for (i, (ty, col)) in spec.types.iter().zip(columns.iter_mut()).enumerate() {
             if self.nulls >> i & 1 == 1 {
                 col.push_null();
@@ -229,7 +231,7 @@ impl GroupKey for ByteKey {
         ByteKey((*probe).into())
     }
 
-    fn decode_into(&self, spec: &KeySpec, columns: &mut [&mut Column]) {
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]) {
         spec.decode_into(&self.0, columns)
     }
 }
@@ -270,8 +272,7 @@ mod tests {
             }
         }
         for k in &stored {
-            let mut refs: Vec<&mut Column> = cols.iter_mut().collect();
-            k.decode_into(spec, &mut refs);
+            k.decode_into(spec, &mut cols);
         }
         cols
     }

@@ -292,9 +292,9 @@ fn instantiate(
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),
             _ => match w.key.word_fields() {
-                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), bins, batch)),
-                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), bins, batch)),
-                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
+                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), batch)),
+                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), batch)),
+                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), batch)),
             },
         },
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),

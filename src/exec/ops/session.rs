@@ -9,7 +9,7 @@ use hashbrown::HashMap;
 
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
-use crate::data::{Batch, BatchBuilder, Column};
+use crate::data::{Batch, BatchBuilder};
 use crate::exec::operator::{OpCtx, Operator};
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::{Window as Span, session_window};
@@ -67,8 +67,7 @@ impl SessionWindow {
         let n_keys = plan.key.types().len();
         let cols = out.columns_mut();
         let (key_cols, rest) = cols.split_at_mut(n_keys);
-        let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
-        plan.key.decode_into(key, &mut key_refs);
+        plan.key.decode_into(key, key_cols);
         let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
         aggs.finish(&s.num, &s.other, agg_cols);
         bounds[0].push_int(s.span.start);

@@ -21,7 +21,7 @@ use hashbrown::HashTable;
 
 use super::window_state::{AccState, Aggregates, Args};
 use crate::config::WindowKind;
-use crate::data::{Batch, BatchBuilder, Column, GroupKey};
+use crate::data::{Batch, BatchBuilder, GroupKey};
 use crate::exec::operator::{OpCtx, Operator};
 use crate::kernel::window::{hopping_windows, tumbling_start};
 use crate::plan::WindowPlan;
@@ -29,7 +29,9 @@ use crate::plan::WindowPlan;
 pub(crate) struct Window<K: GroupKey> {
     plan: Arc<WindowPlan>,
     aggs: Aggregates,
-    bins: u32,
+    /// Keys the last fired window held: new windows start at that size
+    /// instead of growing (and rehashing) their way there.
+    expected_keys: usize,
     size_ms: i64,
     slide_ms: i64,
     windows: BTreeMap<i64, Panes<K>>,
@@ -76,8 +78,8 @@ struct Pane<K> {
 }
 
 impl<K: GroupKey> Pane<K> {
-    fn new() -> Pane<K> {
-        Pane { table: HashTable::new(), spill: Vec::new(), other: Vec::new() }
+    fn with_capacity(keys: usize) -> Pane<K> {
+        Pane { table: HashTable::with_capacity(keys), spill: Vec::new(), other: Vec::new() }
     }
 
     /// Folds row `row` into the probed key's accumulators, creating them if
@@ -122,8 +124,7 @@ impl Output<'_, '_> {
         let o = aggs.other_len();
         let cols = self.builder.columns_mut();
         let (key_cols, rest) = cols.split_at_mut(n_keys);
-        let mut key_refs: Vec<&mut Column> = key_cols.iter_mut().collect();
-        entry.key.decode_into(&plan.key, &mut key_refs);
+        entry.key.decode_into(&plan.key, key_cols);
         let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
         aggs.finish(pane.num(entry, aggs.num_len()), &pane.other[e * o..(e + 1) * o], agg_cols);
         bounds[0].push_int(start);
@@ -142,7 +143,7 @@ impl Output<'_, '_> {
 }
 
 impl<K: GroupKey> Window<K> {
-    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
+    pub(crate) fn new(plan: Arc<WindowPlan>, batch_size: usize) -> Window<K> {
         let (size_ms, slide_ms) = match plan.kind {
             WindowKind::Tumbling { size_ms } => (size_ms, size_ms),
             WindowKind::Hopping { size_ms, slide_ms } => (size_ms, slide_ms),
@@ -151,7 +152,7 @@ impl<K: GroupKey> Window<K> {
         Window {
             aggs: Aggregates::new(&plan.aggregates),
             plan,
-            bins,
+            expected_keys: 0,
             size_ms,
             slide_ms,
             windows: BTreeMap::new(),
@@ -188,6 +189,7 @@ impl<K: GroupKey> Operator for Window<K> {
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
         let (windows, aggs, scratch, refire) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire);
+        let expected = self.expected_keys;
         // Rows of a batch mostly share a tumbling window: keep it at hand.
         let mut current: Option<(i64, &mut Panes<K>)> = None;
         for row in 0..batch.len() {
@@ -206,7 +208,7 @@ impl<K: GroupKey> Operator for Window<K> {
                 if !expired(start + size) {
                     accepted = true;
                     if current.as_ref().is_none_or(|(s, _)| *s != start) {
-                        current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size))));
+                        current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size, expected))));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
                     let e = panes.pane.update(hash, &probe, aggs, &batch, &args, row, ts);
@@ -221,7 +223,7 @@ impl<K: GroupKey> Operator for Window<K> {
                         continue;
                     }
                     accepted = true;
-                    let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end));
+                    let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end, expected));
                     let e = panes.pane.update(hash, &probe, aggs, &batch, &args, row, ts);
                     if panes.fired {
                         refire.push((w.start, hash, e));
@@ -264,6 +266,7 @@ impl<K: GroupKey> Operator for Window<K> {
             }
             if !panes.fired {
                 panes.fired = true;
+                self.expected_keys = panes.pane.table.len();
                 for entry in panes.pane.table.iter() {
                     out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end, self.last_ingest_ns);
                 }
@@ -281,7 +284,7 @@ impl<K: GroupKey> Operator for Window<K> {
 }
 
 impl<K: GroupKey> Panes<K> {
-    fn new(end: i64) -> Panes<K> {
-        Panes { end, fired: false, pane: Pane::new() }
+    fn new(end: i64, keys: usize) -> Panes<K> {
+        Panes { end, fired: false, pane: Pane::with_capacity(keys) }
     }
 }

@@ -76,24 +76,36 @@ impl Generator for Wcount {
             }
             return;
         }
+        // Column at a time: three tight loops instead of five pushes per
+        // event.
         let keys = self.keys;
         let mut key = first * KEY_MULTIPLIER % keys;
         let key_step = (step as u128 * KEY_MULTIPLIER as u128 % keys as u128) as u64;
-        let mut value = first % VALUES;
-        let value_step = step % VALUES;
-        let mut time = FloorRatio::new(first, step, 1000, self.events_per_second);
-        for _ in 0..n {
-            let ts = self.start_ms.wrapping_add(time.get() as i64);
-            self.push(out, key as i64, value as i64, ts, ingest_ns);
+        out.column_mut(0).extend_ints((0..n).map(|_| {
+            let k = key;
             key += key_step;
             if key >= keys {
                 key -= keys;
             }
+            k as i64
+        }));
+        let mut value = first % VALUES;
+        let value_step = step % VALUES;
+        out.column_mut(1).extend_ints((0..n).map(|_| {
+            let v = value;
             value += value_step;
             if value >= VALUES {
                 value -= VALUES;
             }
+            v as i64
+        }));
+        let mut time = FloorRatio::new(first, step, 1000, self.events_per_second);
+        let start = self.start_ms;
+        out.column_mut(2).extend_ints((0..n).map(|_| {
+            let ts = start.wrapping_add(time.get() as i64);
             time.advance();
-        }
+            ts
+        }));
+        out.finish_rows(self.time_field, ingest_ns);
     }
 }
