@@ -91,6 +91,7 @@ impl Operator for SessionWindow {
         let plan = self.plan.clone();
         let aggs = &self.aggs;
         let args = aggs.eval(&plan.aggregates, &batch, |row, reason| ctx.dead_letter(&batch, row, reason));
+        let inputs = aggs.inputs(&batch, &args);
         self.last_ingest_ns = self
             .last_ingest_ns
             .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
@@ -118,7 +119,7 @@ impl Operator for SessionWindow {
             // Merge every session the new event touches into one.
             let mut merged = Session { span: opened, num: Vec::new(), other: Vec::new(), fired: false };
             aggs.init(&mut merged.num, &mut merged.other);
-            aggs.update(&mut merged.num, &mut merged.other, &batch, &args, row, ts);
+            aggs.update(&mut merged.num, &mut merged.other, &inputs, row, ts);
             let mut i = 0;
             while i < sessions.len() {
                 if sessions[i].span.touches(&merged.span) {

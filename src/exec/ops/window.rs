@@ -1,12 +1,10 @@
 //! `window` with tumbling or hopping windows: keyed event-time aggregation.
 //!
-//! State is window-major, bin-minor: every open window holds one pane per
-//! bin. A pane's hash table maps keys to indices of dense entries that hold
-//! the key and its numeric accumulators inline (up to [`INLINE_WORDS`]
-//! words). The table is 5 bytes a bucket and stays cache-resident; a lookup
-//! then touches one entry. This is what keeps a window of 10 000 keys in a
-//! 1 MiB L2 cache. Moving or checkpointing a bin is taking its pane out of
-//! each open window.
+//! State: every open window holds one hash table of the keys (of all the
+//! bins this worker owns), whose entries hold the key, its hash and its
+//! numeric accumulators inline (up to [`INLINE_WORDS`] words), so a lookup
+//! is the control bytes and one entry. A bin's keys are the entries whose
+//! hash maps to it; checkpointing or moving a bin picks those out.
 //!
 //! Semantics follow Flink's event-time windows: a window fires once the
 //! watermark reaches its last millisecond; with `allowed_lateness` it is
@@ -19,7 +17,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::window_state::{AccState, Aggregates, Args};
+use super::window_state::{AccState, Aggregates, Inputs};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, GroupKey};
 use crate::exec::operator::{OpCtx, Operator};
@@ -85,7 +83,7 @@ impl<K: GroupKey> Pane<K> {
     /// Folds row `row` into the probed key's accumulators, creating them if
     /// the key is new; returns the key's hash and index.
     #[inline]
-    fn update(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates, batch: &Batch, args: &Args, row: usize, ts: i64) -> u32 {
+    fn update(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates, inputs: &Inputs<'_>, row: usize, ts: i64) -> u32 {
         let (n, o) = (aggs.num_len(), aggs.other_len());
         let next = self.table.len() as u32;
         let entry = match self.table.entry(hash, |e| e.key.matches(probe), |e| e.hash) {
@@ -100,7 +98,7 @@ impl<K: GroupKey> Pane<K> {
         };
         let i = entry.index as usize;
         let num = if n > INLINE_WORDS { &mut self.spill[i * n..(i + 1) * n] } else { &mut entry.num[..] };
-        aggs.update(num, &mut self.other[i * o..(i + 1) * o], batch, args, row, ts);
+        aggs.update(num, &mut self.other[i * o..(i + 1) * o], inputs, row, ts);
         entry.index
     }
 
@@ -190,6 +188,7 @@ impl<K: GroupKey> Operator for Window<K> {
         let expired = |end: i64| Self::expired(end, lateness, watermark);
         let (windows, aggs, scratch, refire) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire);
         let expected = self.expected_keys;
+        let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
         let mut current: Option<(i64, &mut Panes<K>)> = None;
         for row in 0..batch.len() {
@@ -211,7 +210,7 @@ impl<K: GroupKey> Operator for Window<K> {
                         current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size, expected))));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                    let e = panes.pane.update(hash, &probe, aggs, &batch, &args, row, ts);
+                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     if panes.fired {
                         refire.push((start, hash, e));
                     }
@@ -224,7 +223,7 @@ impl<K: GroupKey> Operator for Window<K> {
                     }
                     accepted = true;
                     let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end, expected));
-                    let e = panes.pane.update(hash, &probe, aggs, &batch, &args, row, ts);
+                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     if panes.fired {
                         refire.push((w.start, hash, e));
                     }

@@ -111,6 +111,12 @@ pub(super) struct Aggregates {
     evaluated: Vec<usize>,
 }
 
+/// The input column of every aggregate for one batch.
+pub(super) struct Inputs<'a> {
+    num: Vec<Option<&'a Column>>,
+    other: Vec<Option<&'a Column>>,
+}
+
 /// Arguments evaluated over one batch; `failed` rows were dead-lettered.
 pub(super) struct Args {
     columns: Vec<Column>,
@@ -224,7 +230,6 @@ impl Aggregates {
         args
     }
 
-    #[inline]
     fn column<'a>(source: Source, batch: &'a Batch, args: &'a Args) -> Option<&'a Column> {
         match source {
             Source::Rows => None,
@@ -233,11 +238,19 @@ impl Aggregates {
         }
     }
 
+    /// Every aggregate's input column for one batch, resolved once.
+    pub(super) fn inputs<'a>(&self, batch: &'a Batch, args: &'a Args) -> Inputs<'a> {
+        Inputs {
+            num: self.num.iter().map(|a| Self::column(a.source, batch, args)).collect(),
+            other: self.other.iter().map(|a| Self::column(a.source, batch, args)).collect(),
+        }
+    }
+
     /// Folds row `row` (with event time `ts`) into one key's accumulators.
     #[inline]
-    pub(super) fn update(&self, num: &mut [u64], other: &mut [AccState], batch: &Batch, args: &Args, row: usize, ts: i64) {
-        for (i, agg) in self.num.iter().enumerate() {
-            let Some(col) = Self::column(agg.source, batch, args) else {
+    pub(super) fn update(&self, num: &mut [u64], other: &mut [AccState], inputs: &Inputs<'_>, row: usize, ts: i64) {
+        for (i, (agg, col)) in self.num.iter().zip(&inputs.num).enumerate() {
+            let Some(col) = col else {
                 self.layout.add_row(num, i);
                 continue;
             };
@@ -250,8 +263,8 @@ impl Aggregates {
                 Fold::Float => self.layout.add_float(num, i, col.floats()[row]),
             }
         }
-        for (acc, agg) in other.iter_mut().zip(&self.other) {
-            let Some(col) = Self::column(agg.source, batch, args) else { continue };
+        for (acc, col) in other.iter_mut().zip(&inputs.other) {
+            let Some(col) = col else { continue };
             let v = col.get(row);
             if v == ValueRef::Null {
                 continue;
