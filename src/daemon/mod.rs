@@ -36,8 +36,11 @@ fn init_logging(level: Option<&str>) {
         eprintln!("eddy: invalid log level ({e}); using info");
         EnvFilter::new("info")
     });
+    // Colour only for a person at a terminal, not in journald or files.
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .with_target(false)
         .try_init();

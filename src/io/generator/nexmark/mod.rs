@@ -139,11 +139,19 @@ fn next_base0_auction_id(g: u64, rng: &mut EventRng) -> i64 {
 
 /// A price in cents, log-uniform in `[100, 10^8)` (Beam's `nextPrice`:
 /// `round(10^(6u) * 100)`).
+///
+/// `10^(6u)` is read from a table of 1025 points with linear interpolation
+/// (relative error below 3e-5): `exp` per bid was a third of the cost of a
+/// pass-through query.
 #[inline]
 fn next_price(rng: &mut EventRng) -> i64 {
-    // `exp` of a scaled argument is the same function as `10.powf(..)` and
-    // several times cheaper.
-    ((rng.unit_f64() * 6.0 * std::f64::consts::LN_10).exp() * 100.0).round() as i64
+    const STEPS: usize = 1024;
+    static POWERS: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    let powers = POWERS.get_or_init(|| (0..=STEPS).map(|i| 10f64.powf(6.0 * i as f64 / STEPS as f64) * 100.0).collect());
+    let x = rng.unit_f64() * STEPS as f64;
+    let i = (x as usize).min(STEPS - 1);
+    let frac = x - i as f64;
+    (powers[i] + (powers[i + 1] - powers[i]) * frac).round() as i64
 }
 
 /// What all three generators share: the seed key and the clock.
