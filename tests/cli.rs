@@ -202,3 +202,72 @@ fn a_stalled_reader_of_stdout_slows_eddy_instead_of_filling_memory() {
         "RSS grew from {early} KiB to {late} KiB while blocked"
     );
 }
+
+#[test]
+fn a_followed_file_is_tailed_until_sigterm() {
+    let s = Scratch::new();
+    let input = s.write("in.jsonl", "{\"n\": 1}\n{\"n\": 2}\n");
+    let config = s.write(
+        "p.toml",
+        &format!(
+            "[node]\ndata_dir = \"{}\"\n[sources.in]\ntype = \"file\"\npath = \"{}\"\nfollow = true\nschema = {{ n = \"int\" }}\n[sinks.out]\ntype = \"file\"\ninputs = [\"in\"]\npath = \"{}\"\n",
+            s.path("data").display(),
+            input.display(),
+            s.path("out.jsonl").display()
+        ),
+    );
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait_for = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while json_lines(&s.read("out.jsonl")).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "only {:?} arrived",
+                s.read("out.jsonl")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(2);
+    // Appended lines arrive while eddy runs, including one written in two
+    // parts (the first read sees half a line).
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .unwrap();
+    f.write_all(b"{\"n\": 3}\n{\"n\"").unwrap();
+    f.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    f.write_all(b": 4}\n").unwrap();
+    wait_for(4);
+    signal(child.id(), "TERM");
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let got: Vec<i64> = json_lines(&s.read("out.jsonl"))
+        .iter()
+        .map(|r| r["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(got, vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_missing_input_file_is_named_and_nothing_starts() {
+    let s = Scratch::new();
+    let config = s.write(
+        "p.toml",
+        "[sources.in]\ntype = \"file\"\npath = \"/nonexistent/in.jsonl\"\nschema = { n = \"int\" }\n[sinks.out]\ntype = \"stdout\"\ninputs = [\"in\"]\n",
+    );
+    let out = eddy().arg("run").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sources.in: cannot open /nonexistent/in.jsonl"),
+        "{err}"
+    );
+}

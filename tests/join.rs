@@ -1,5 +1,5 @@
 //! Windowed stream–stream joins through the real binary equal a nested-loop
-//! reference, for one and several workers.
+//! reference, whatever the number of workers and bins.
 
 mod common;
 
@@ -36,12 +36,12 @@ fn inputs(seed: u64) -> Inputs {
     Inputs { auctions, bids }
 }
 
-fn config(s: &Scratch, join: &str, workers: usize, out: &str) -> std::path::PathBuf {
+fn config(s: &Scratch, join: &str, workers: usize, bins: usize, out: &str) -> std::path::PathBuf {
     let text = format!(
         r#"
 [node]
 workers = {workers}
-bins = 64
+bins = {bins}
 data_dir = "{data}"
 [sources.auctions]
 type = "file"
@@ -100,9 +100,9 @@ fn run_join(join: &str, expected: impl Fn(&Inputs) -> Vec<Value>) {
         "the reference should have many pairs, has {}",
         want.len()
     );
-    for workers in [1, 3] {
+    for (workers, bins) in [(1, 1), (2, 16), (4, 256)] {
         let out = format!("out-{workers}.jsonl");
-        run_ok(&config(&s, join, workers, &out));
+        run_ok(&config(&s, join, workers, bins, &out));
         let got = multiset(&json_lines(&s.read(&out)));
         assert_eq!(
             got.len(),

@@ -41,7 +41,7 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     let root = root.get_ref();
     let mut top = TableReader::new(root, root_span, None);
     if let Some(node) = top.table(&mut d, "node") {
-        config.node = read_node(&mut d, node.as_component("node"));
+        config.node = read_node(&mut d, node.into_component("node"));
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {

@@ -11,6 +11,9 @@ use toml::de::{DeTable, DeValue};
 
 use super::diag::{Context, Diagnostics, Sp, suggest};
 
+/// `name = "value"` pairs of a table, in file order.
+pub(crate) type StringTable = Vec<(Sp<String>, Sp<String>)>;
+
 pub(crate) struct TableReader<'a, 'i> {
     table: &'a DeTable<'i>,
     span: Range<usize>,
@@ -37,7 +40,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
 
     /// This table read as a component of its own (`[node]`), so errors
     /// name it instead of the table it sits in.
-    pub(crate) fn as_component(mut self, name: &str) -> Self {
+    pub(crate) fn into_component(mut self, name: &str) -> Self {
         self.context = Context {
             component: Some(name.to_string()),
             field: None,
@@ -249,7 +252,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
         &mut self,
         d: &mut Diagnostics,
         key: &'static str,
-    ) -> Option<Sp<Vec<(Sp<String>, Sp<String>)>>> {
+    ) -> Option<Sp<StringTable>> {
         let v = self.raw(key)?;
         let DeValue::Table(t) = v.get_ref() else {
             self.wrong_type(d, key, v, "a table such as { name = \"...\" }");

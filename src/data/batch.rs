@@ -195,10 +195,14 @@ impl BatchBuilder {
         let done = self.ingest_ns.len();
         let n = self.columns[time_column].len() - done;
         if self.timed {
-            self.event_time.extend_from_slice(&self.columns[time_column].ints()[done..]);
+            self.event_time
+                .extend_from_slice(&self.columns[time_column].ints()[done..]);
         }
         self.ingest_ns.resize(done + n, ingest_ns);
-        debug_assert!(self.columns.iter().all(|c| c.len() == self.ingest_ns.len()), "a column was not filled");
+        debug_assert!(
+            self.columns.iter().all(|c| c.len() == self.ingest_ns.len()),
+            "a column was not filled"
+        );
     }
 
     /// Undoes the fields written since the last finished row.

@@ -298,7 +298,7 @@ impl Column {
         self.len = len;
         if let Some(bits) = &mut self.nulls {
             bits.truncate(len.div_ceil(64));
-            if len % 64 != 0 {
+            if !len.is_multiple_of(64) {
                 let last = bits.len() - 1;
                 bits[last] &= (1u64 << (len % 64)) - 1;
             }

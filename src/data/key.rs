@@ -70,7 +70,9 @@ impl KeySpec {
                     .collect();
             }
         }
-        (0..batch.len()).map(|row| self.hash_row(batch, row)).collect()
+        (0..batch.len())
+            .map(|row| self.hash_row(batch, row))
+            .collect()
     }
 
     /// Appends the canonical encoding of row `row`'s key to `out`.
@@ -101,7 +103,9 @@ impl KeySpec {
                     key = &key[8..];
                 }
                 DataType::Float => {
-                    col.push_float(f64::from_bits(u64::from_le_bytes(key[..8].try_into().expect("8 bytes"))));
+                    col.push_float(f64::from_bits(u64::from_le_bytes(
+                        key[..8].try_into().expect("8 bytes"),
+                    )));
                     key = &key[8..];
                 }
                 DataType::Str => {
@@ -142,7 +146,12 @@ pub(crate) trait GroupKey: Sized + Send + 'static {
     type Probe<'a>;
 
     /// The key of row `row`; `scratch` is reused between rows.
-    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, scratch: &'a mut Vec<u8>) -> Self::Probe<'a>;
+    fn probe<'a>(
+        spec: &KeySpec,
+        batch: &Batch,
+        row: usize,
+        scratch: &'a mut Vec<u8>,
+    ) -> Self::Probe<'a>;
 
     fn matches(&self, probe: &Self::Probe<'_>) -> bool;
 
@@ -163,8 +172,11 @@ impl<const N: usize> GroupKey for WordKey<N> {
     type Probe<'a> = WordKey<N>;
 
     #[inline]
-    fn probe<'a>(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &'a mut Vec<u8>) -> WordKey<N> {
-        let mut key = WordKey { words: [0; N], nulls: 0 };
+    fn probe(spec: &KeySpec, batch: &Batch, row: usize, _scratch: &mut Vec<u8>) -> WordKey<N> {
+        let mut key = WordKey {
+            words: [0; N],
+            nulls: 0,
+        };
         for (i, (&c, ty)) in spec.columns.iter().zip(&spec.types).enumerate() {
             let col = batch.column(c);
             let word = match ty {
@@ -280,7 +292,10 @@ mod tests {
     #[test]
     fn byte_keys_round_trip_and_treat_negative_zero_as_zero() {
         let b = batch();
-        let spec = KeySpec::new(vec![0, 1, 2], vec![DataType::Int, DataType::Str, DataType::Float]);
+        let spec = KeySpec::new(
+            vec![0, 1, 2],
+            vec![DataType::Int, DataType::Str, DataType::Float],
+        );
         let cols = round_trip::<ByteKey>(&spec, &b);
         assert_eq!(cols[0].ints(), &[1, -7], "rows 0 and 2 are one key");
         assert_eq!(cols[1].get(0), ValueRef::Str("a"));

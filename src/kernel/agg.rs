@@ -98,7 +98,9 @@ impl NumLayout {
                 row[at] = (row[at] as i64).wrapping_add(v) as u64;
                 row[at + 1] += 1;
             }
-            NumAgg::SumFloat | NumAgg::MinFloat | NumAgg::MaxFloat | NumAgg::AvgFloat => return self.add_float(row, i, v as f64),
+            NumAgg::SumFloat | NumAgg::MinFloat | NumAgg::MaxFloat | NumAgg::AvgFloat => {
+                return self.add_float(row, i, v as f64);
+            }
         }
         row[0] |= 1 << i;
     }
@@ -121,7 +123,9 @@ impl NumLayout {
                 row[at + 1] += 1;
             }
             // Integer aggregates are only ever built for integer inputs.
-            NumAgg::SumInt | NumAgg::MinInt | NumAgg::MaxInt | NumAgg::AvgInt => debug_assert!(false, "float folded into an integer aggregate"),
+            NumAgg::SumInt | NumAgg::MinInt | NumAgg::MaxInt | NumAgg::AvgInt => {
+                debug_assert!(false, "float folded into an integer aggregate")
+            }
         }
         row[0] |= 1 << i;
     }
@@ -172,7 +176,9 @@ impl NumLayout {
         match kind {
             NumAgg::Count => AggValue::Int(w as i64),
             NumAgg::SumInt | NumAgg::MinInt | NumAgg::MaxInt => AggValue::Int(w as i64),
-            NumAgg::SumFloat | NumAgg::MinFloat | NumAgg::MaxFloat => AggValue::Float(f64::from_bits(w)),
+            NumAgg::SumFloat | NumAgg::MinFloat | NumAgg::MaxFloat => {
+                AggValue::Float(f64::from_bits(w))
+            }
             NumAgg::AvgInt => AggValue::Float(w as i64 as f64 / row[at + 1] as f64),
             NumAgg::AvgFloat => AggValue::Float(f64::from_bits(w) / row[at + 1] as f64),
         }
@@ -200,8 +206,8 @@ mod tests {
         let l = NumLayout::new(&ALL).unwrap();
         let row = [0u64; 16];
         assert_eq!(l.finish(&row, 0), AggValue::Int(0));
-        for i in 1..ALL.len() {
-            assert_eq!(l.finish(&row, i), AggValue::Null, "{:?}", ALL[i]);
+        for (i, kind) in ALL.iter().enumerate().skip(1) {
+            assert_eq!(l.finish(&row, i), AggValue::Null, "{kind:?}");
         }
     }
 
@@ -224,9 +230,13 @@ mod tests {
         l.merge(&mut left, &right);
         let mut empty_left = fold(&[]);
         l.merge(&mut empty_left, &whole);
-        for i in 0..ALL.len() {
-            assert_eq!(l.finish(&left, i), l.finish(&whole, i), "{:?}", ALL[i]);
-            assert_eq!(l.finish(&empty_left, i), l.finish(&whole, i), "{:?} merged into empty", ALL[i]);
+        for (i, kind) in ALL.iter().enumerate() {
+            assert_eq!(l.finish(&left, i), l.finish(&whole, i), "{kind:?}");
+            assert_eq!(
+                l.finish(&empty_left, i),
+                l.finish(&whole, i),
+                "{kind:?} merged into empty"
+            );
         }
         assert_eq!(l.finish(&whole, 0), AggValue::Int(5));
         assert_eq!(l.finish(&whole, 1), AggValue::Int(21));
@@ -244,7 +254,11 @@ mod tests {
         l.add_int(&mut row, 0, -9);
         l.add_float(&mut row, 1, -0.5);
         l.add_float(&mut row, 1, 3.0);
-        assert_eq!(l.finish(&row, 0), AggValue::Int(-7), "a max of negatives is not 0");
+        assert_eq!(
+            l.finish(&row, 0),
+            AggValue::Int(-7),
+            "a max of negatives is not 0"
+        );
         assert_eq!(l.finish(&row, 1), AggValue::Float(-0.5));
         assert_eq!(l.words(), 3);
     }

@@ -106,7 +106,11 @@ fn fmix64(mut k: u64) -> u64 {
 pub fn bin_of(hash: u64, bins: u32) -> u32 {
     debug_assert!(bins.is_power_of_two());
     let bits = bins.trailing_zeros();
-    if bits == 0 { 0 } else { (hash >> (64 - bits)) as u32 }
+    if bits == 0 {
+        0
+    } else {
+        (hash >> (64 - bits)) as u32
+    }
 }
 
 #[cfg(test)]
@@ -133,7 +137,11 @@ mod tests {
         assert_eq!(h.finish(), PINNED[2]);
     }
 
-    const PINNED: [u64; 3] = [0x969c_56ef_d660_4ca3, 0xeb50_e7bf_d943_dfce, 0x958a_a39b_ba08_f393];
+    const PINNED: [u64; 3] = [
+        0x969c_56ef_d660_4ca3,
+        0xeb50_e7bf_d943_dfce,
+        0x958a_a39b_ba08_f393,
+    ];
 
     #[test]
     fn equal_floats_hash_equally_and_fields_are_ordered() {
@@ -158,7 +166,10 @@ mod tests {
         for v in 0..16_000 {
             counts[bin_of(one_int(v), 16) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

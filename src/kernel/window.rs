@@ -115,6 +115,22 @@ mod tests {
     }
 
     #[test]
+    fn windows_travel_as_postcard_without_allocation() {
+        let w = Window {
+            start: -1_000,
+            end: 9_000,
+        };
+        let mut buf = [0u8; 32];
+        let bytes = postcard::to_slice(&w, &mut buf).unwrap();
+        assert!(
+            bytes.len() <= 6,
+            "varints keep it small: {} bytes",
+            bytes.len()
+        );
+        assert_eq!(postcard::from_bytes::<Window>(bytes).unwrap(), w);
+    }
+
+    #[test]
     fn sessions_touch_when_gaps_overlap() {
         let a = session_window(0, 10);
         let b = session_window(10, 10);

@@ -429,8 +429,14 @@ impl NodeBuilder<'_> {
         }
         let mut ok = true;
         if w.aggregates.len() > crate::kernel::agg::MAX_NUM_AGGS {
-            let span = w.aggregates[crate::kernel::agg::MAX_NUM_AGGS].0.span.clone();
-            let msg = format!("a window takes at most {} aggregates", crate::kernel::agg::MAX_NUM_AGGS);
+            let span = w.aggregates[crate::kernel::agg::MAX_NUM_AGGS]
+                .0
+                .span
+                .clone();
+            let msg = format!(
+                "a window takes at most {} aggregates",
+                crate::kernel::agg::MAX_NUM_AGGS
+            );
             self.error(span, "aggregates", msg);
             ok = false;
         }

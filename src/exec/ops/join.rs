@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use super::timers::KeyTimers;
 use super::window_state::Owned;
 use crate::config::JoinMode;
 use crate::data::{Batch, BatchBuilder, ValueRef};
@@ -46,7 +47,7 @@ pub(crate) struct Join {
     /// Tumbling joins: window start → per bin, key → rows.
     by_window: BTreeMap<i64, Vec<KeyMap>>,
     /// Interval joins: when keys may have rows to drop → (bin, key).
-    expiry: BTreeMap<i64, Vec<(u32, Box<[u8]>)>>,
+    expiry: KeyTimers,
     watermark: i64,
     batch_size: usize,
     key_scratch: Vec<u8>,
@@ -63,7 +64,7 @@ impl Join {
             bins,
             by_bin,
             by_window: BTreeMap::new(),
-            expiry: BTreeMap::new(),
+            expiry: KeyTimers::default(),
             watermark: i64::MIN,
             batch_size,
             key_scratch: Vec::new(),
@@ -178,10 +179,7 @@ impl Operator for Join {
                     }
                     sides.rows[port].push(new);
                     let expires = ts.saturating_add(within_ms);
-                    self.expiry
-                        .entry(expires)
-                        .or_default()
-                        .push((bin as u32, self.key_scratch.clone().into_boxed_slice()));
+                    self.expiry.schedule(expires, bin as u32, &self.key_scratch);
                     if out.len() >= self.batch_size {
                         ctx.emit(out.take());
                     }
@@ -225,21 +223,16 @@ impl Operator for Join {
             JoinMode::Interval { within_ms } => {
                 // A row at `ts` can still match rows up to `ts + within`;
                 // once the watermark is past that, no on-time row can.
-                while let Some(entry) = self.expiry.first_entry() {
-                    if *entry.key() >= watermark {
-                        break;
+                for (bin, key) in self.expiry.pop_until(watermark.saturating_sub(1)) {
+                    let map = &mut self.by_bin[bin as usize];
+                    let Some(sides) = map.get_mut(&key) else {
+                        continue;
+                    };
+                    for rows in &mut sides.rows {
+                        rows.retain(|r| r.ts.saturating_add(within_ms) >= watermark);
                     }
-                    for (bin, key) in entry.remove() {
-                        let map = &mut self.by_bin[bin as usize];
-                        let Some(sides) = map.get_mut(&key) else {
-                            continue;
-                        };
-                        for rows in &mut sides.rows {
-                            rows.retain(|r| r.ts.saturating_add(within_ms) >= watermark);
-                        }
-                        if sides.rows.iter().all(Vec::is_empty) {
-                            map.remove(&key);
-                        }
+                    if sides.rows.iter().all(Vec::is_empty) {
+                        map.remove(&key);
                     }
                 }
             }

@@ -5,6 +5,7 @@ mod join;
 mod map;
 mod project;
 mod session;
+mod timers;
 mod window;
 mod window_state;
 

@@ -2,11 +2,11 @@
 //! one session; a session fires when the watermark passes its last event
 //! plus the gap. Sessions that come to touch are merged, as in Flink.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use super::timers::KeyTimers;
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder};
@@ -24,7 +24,7 @@ pub(crate) struct SessionWindow {
     state: Vec<HashMap<Box<[u8]>, Vec<Session>>>,
     /// When to look at a key again: fire time or purge time → keys.
     /// Entries may be stale (the session moved); they are checked when due.
-    timers: BTreeMap<i64, Vec<(u32, Box<[u8]>)>>,
+    timers: KeyTimers,
     watermark: i64,
     last_ingest_ns: u64,
     batch_size: usize,
@@ -50,7 +50,7 @@ impl SessionWindow {
             bins,
             gap_ms,
             state: (0..bins).map(|_| HashMap::new()).collect(),
-            timers: BTreeMap::new(),
+            timers: KeyTimers::default(),
             watermark: i64::MIN,
             last_ingest_ns: 0,
             batch_size,
@@ -63,7 +63,14 @@ impl SessionWindow {
             .saturating_add(self.plan.allowed_lateness_ms)
     }
 
-    fn emit(plan: &WindowPlan, aggs: &Aggregates, key: &[u8], s: &Session, ingest_ns: u64, out: &mut BatchBuilder) {
+    fn emit(
+        plan: &WindowPlan,
+        aggs: &Aggregates,
+        key: &[u8],
+        s: &Session,
+        ingest_ns: u64,
+        out: &mut BatchBuilder,
+    ) {
         let n_keys = plan.key.types().len();
         let cols = out.columns_mut();
         let (key_cols, rest) = cols.split_at_mut(n_keys);
@@ -90,7 +97,9 @@ impl Operator for SessionWindow {
         }
         let plan = self.plan.clone();
         let aggs = &self.aggs;
-        let args = aggs.eval(&plan.aggregates, &batch, |row, reason| ctx.dead_letter(&batch, row, reason));
+        let args = aggs.eval(&plan.aggregates, &batch, |row, reason| {
+            ctx.dead_letter(&batch, row, reason)
+        });
         let inputs = aggs.inputs(&batch, &args);
         self.last_ingest_ns = self
             .last_ingest_ns
@@ -117,7 +126,12 @@ impl Operator for SessionWindow {
                     .or_default(),
             };
             // Merge every session the new event touches into one.
-            let mut merged = Session { span: opened, num: Vec::new(), other: Vec::new(), fired: false };
+            let mut merged = Session {
+                span: opened,
+                num: Vec::new(),
+                other: Vec::new(),
+                fired: false,
+            };
             aggs.init(&mut merged.num, &mut merged.other);
             aggs.update(&mut merged.num, &mut merged.other, &inputs, row, ts);
             let mut i = 0;
@@ -152,10 +166,7 @@ impl Operator for SessionWindow {
                 fire_at
             };
             sessions.insert(at, merged);
-            self.timers
-                .entry(timer)
-                .or_default()
-                .push((bin, self.key_scratch.clone().into_boxed_slice()));
+            self.timers.schedule(timer, bin, &self.key_scratch);
             self.flush(&mut out, ctx, false);
         }
         self.flush(&mut out, ctx, true);
@@ -171,41 +182,36 @@ impl Operator for SessionWindow {
         self.watermark = watermark;
         let plan = self.plan.clone();
         let mut out = BatchBuilder::new(plan.output.clone(), self.batch_size, true);
-        while let Some(entry) = self.timers.first_entry() {
-            if *entry.key() > watermark {
-                break;
-            }
-            for (bin, key) in entry.remove() {
-                let Some(sessions) = self.state[bin as usize].get_mut(&key) else {
-                    continue;
-                };
-                let mut retry = Vec::new();
-                for s in sessions.iter_mut() {
-                    if !s.fired && s.span.max_timestamp() <= watermark {
-                        s.fired = true;
-                        Self::emit(&plan, &self.aggs, &key, s, self.last_ingest_ns, &mut out);
-                        if out.len() >= self.batch_size {
-                            ctx.emit(out.take());
-                        }
-                        retry.push(
-                            s.span
-                                .max_timestamp()
-                                .saturating_add(plan.allowed_lateness_ms),
-                        );
+        for (bin, key) in self.timers.pop_until(watermark) {
+            let Some(sessions) = self.state[bin as usize].get_mut(&key) else {
+                continue;
+            };
+            let mut retry = Vec::new();
+            for s in sessions.iter_mut() {
+                if !s.fired && s.span.max_timestamp() <= watermark {
+                    s.fired = true;
+                    Self::emit(&plan, &self.aggs, &key, s, self.last_ingest_ns, &mut out);
+                    if out.len() >= self.batch_size {
+                        ctx.emit(out.take());
                     }
+                    retry.push(
+                        s.span
+                            .max_timestamp()
+                            .saturating_add(plan.allowed_lateness_ms),
+                    );
                 }
-                sessions.retain(|s| {
-                    s.span
-                        .max_timestamp()
-                        .saturating_add(plan.allowed_lateness_ms)
-                        > watermark
-                });
-                if sessions.is_empty() {
-                    self.state[bin as usize].remove(&key);
-                } else {
-                    for t in retry.into_iter().filter(|&t| t > watermark) {
-                        self.timers.entry(t).or_default().push((bin, key.clone()));
-                    }
+            }
+            sessions.retain(|s| {
+                s.span
+                    .max_timestamp()
+                    .saturating_add(plan.allowed_lateness_ms)
+                    > watermark
+            });
+            if sessions.is_empty() {
+                self.state[bin as usize].remove(&key);
+            } else {
+                for t in retry.into_iter().filter(|&t| t > watermark) {
+                    self.timers.schedule(t, bin, &key);
                 }
             }
         }

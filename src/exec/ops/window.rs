@@ -77,13 +77,25 @@ struct Pane<K> {
 
 impl<K: GroupKey> Pane<K> {
     fn with_capacity(keys: usize) -> Pane<K> {
-        Pane { table: HashTable::with_capacity(keys), spill: Vec::new(), other: Vec::new() }
+        Pane {
+            table: HashTable::with_capacity(keys),
+            spill: Vec::new(),
+            other: Vec::new(),
+        }
     }
 
     /// Folds row `row` into the probed key's accumulators, creating them if
     /// the key is new; returns the key's hash and index.
     #[inline]
-    fn update(&mut self, hash: u64, probe: &K::Probe<'_>, aggs: &Aggregates, inputs: &Inputs<'_>, row: usize, ts: i64) -> u32 {
+    fn update(
+        &mut self,
+        hash: u64,
+        probe: &K::Probe<'_>,
+        aggs: &Aggregates,
+        inputs: &Inputs<'_>,
+        row: usize,
+        ts: i64,
+    ) -> u32 {
         let (n, o) = (aggs.num_len(), aggs.other_len());
         let next = self.table.len() as u32;
         let entry = match self.table.entry(hash, |e| e.key.matches(probe), |e| e.hash) {
@@ -93,18 +105,33 @@ impl<K: GroupKey> Pane<K> {
                     self.spill.resize(self.spill.len() + n, 0);
                 }
                 aggs.init_other(&mut self.other);
-                vacant.insert(Entry { hash, key: K::store(probe), index: next, num: [0; INLINE_WORDS] }).into_mut()
+                vacant
+                    .insert(Entry {
+                        hash,
+                        key: K::store(probe),
+                        index: next,
+                        num: [0; INLINE_WORDS],
+                    })
+                    .into_mut()
             }
         };
         let i = entry.index as usize;
-        let num = if n > INLINE_WORDS { &mut self.spill[i * n..(i + 1) * n] } else { &mut entry.num[..] };
+        let num = if n > INLINE_WORDS {
+            &mut self.spill[i * n..(i + 1) * n]
+        } else {
+            &mut entry.num[..]
+        };
         aggs.update(num, &mut self.other[i * o..(i + 1) * o], inputs, row, ts);
         entry.index
     }
 
     fn num<'a>(&'a self, entry: &'a Entry<K>, words: usize) -> &'a [u64] {
         let i = entry.index as usize;
-        if words > INLINE_WORDS { &self.spill[i * words..(i + 1) * words] } else { &entry.num }
+        if words > INLINE_WORDS {
+            &self.spill[i * words..(i + 1) * words]
+        } else {
+            &entry.num
+        }
     }
 }
 
@@ -112,11 +139,21 @@ impl<K: GroupKey> Pane<K> {
 struct Output<'a, 'b> {
     builder: BatchBuilder,
     batch_size: usize,
+    /// The ingestion time results are measured from.
+    ingest_ns: u64,
     ctx: &'a mut OpCtx<'b>,
 }
 
 impl Output<'_, '_> {
-    fn row<K: GroupKey>(&mut self, plan: &WindowPlan, aggs: &Aggregates, pane: &Pane<K>, entry: &Entry<K>, start: i64, end: i64, ingest_ns: u64) {
+    fn row<K: GroupKey>(
+        &mut self,
+        plan: &WindowPlan,
+        aggs: &Aggregates,
+        pane: &Pane<K>,
+        entry: &Entry<K>,
+        start: i64,
+        end: i64,
+    ) {
         let e = entry.index as usize;
         let n_keys = plan.key.types().len();
         let o = aggs.other_len();
@@ -124,10 +161,14 @@ impl Output<'_, '_> {
         let (key_cols, rest) = cols.split_at_mut(n_keys);
         entry.key.decode_into(&plan.key, key_cols);
         let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
-        aggs.finish(pane.num(entry, aggs.num_len()), &pane.other[e * o..(e + 1) * o], agg_cols);
+        aggs.finish(
+            pane.num(entry, aggs.num_len()),
+            &pane.other[e * o..(e + 1) * o],
+            agg_cols,
+        );
         bounds[0].push_int(start);
         bounds[1].push_int(end);
-        self.builder.finish_row(end - 1, ingest_ns);
+        self.builder.finish_row(end - 1, self.ingest_ns);
         if self.builder.len() >= self.batch_size {
             self.ctx.emit(self.builder.take());
         }
@@ -169,7 +210,12 @@ impl<K: GroupKey> Window<K> {
     }
 
     fn output<'a, 'b>(&self, ctx: &'a mut OpCtx<'b>, capacity: usize) -> Output<'a, 'b> {
-        Output { builder: BatchBuilder::new(self.plan.output.clone(), capacity, true), batch_size: self.batch_size, ctx }
+        Output {
+            builder: BatchBuilder::new(self.plan.output.clone(), capacity, true),
+            batch_size: self.batch_size,
+            ingest_ns: self.last_ingest_ns,
+            ctx,
+        }
     }
 }
 
@@ -180,13 +226,22 @@ impl<K: GroupKey> Operator for Window<K> {
             batch.set_key_hash(hashes);
         }
         let plan = self.plan.clone();
-        let args = self.aggs.eval(&plan.aggregates, &batch, |row, reason| ctx.dead_letter(&batch, row, reason));
-        self.last_ingest_ns = self.last_ingest_ns.max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
+        let args = self.aggs.eval(&plan.aggregates, &batch, |row, reason| {
+            ctx.dead_letter(&batch, row, reason)
+        });
+        self.last_ingest_ns = self
+            .last_ingest_ns
+            .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
         let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
-        let (windows, aggs, scratch, refire) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire);
+        let (windows, aggs, scratch, refire) = (
+            &mut self.windows,
+            &self.aggs,
+            &mut self.key_scratch,
+            &mut self.refire,
+        );
         let expected = self.expected_keys;
         let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
@@ -207,7 +262,12 @@ impl<K: GroupKey> Operator for Window<K> {
                 if !expired(start + size) {
                     accepted = true;
                     if current.as_ref().is_none_or(|(s, _)| *s != start) {
-                        current = Some((start, windows.entry(start).or_insert_with(|| Panes::new(start + size, expected))));
+                        current = Some((
+                            start,
+                            windows
+                                .entry(start)
+                                .or_insert_with(|| Panes::new(start + size, expected)),
+                        ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
                     let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
@@ -222,7 +282,9 @@ impl<K: GroupKey> Operator for Window<K> {
                         continue;
                     }
                     accepted = true;
-                    let panes = windows.entry(w.start).or_insert_with(|| Panes::new(w.end, expected));
+                    let panes = windows
+                        .entry(w.start)
+                        .or_insert_with(|| Panes::new(w.end, expected));
                     let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     if panes.fired {
                         refire.push((w.start, hash, e));
@@ -246,8 +308,12 @@ impl<K: GroupKey> Operator for Window<K> {
             let mut out = self.output(ctx, refire.len());
             for &(start, hash, index) in &refire {
                 let panes = &self.windows[&start];
-                let entry = panes.pane.table.find(hash, |e| e.index == index).expect("a refired entry exists");
-                out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end, self.last_ingest_ns);
+                let entry = panes
+                    .pane
+                    .table
+                    .find(hash, |e| e.index == index)
+                    .expect("a refired entry exists");
+                out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
             }
             out.done();
             refire.clear();
@@ -258,7 +324,7 @@ impl<K: GroupKey> Operator for Window<K> {
     fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
         self.watermark = watermark;
         let plan = self.plan.clone();
-        let mut out = Output { builder: BatchBuilder::new(plan.output.clone(), self.batch_size, true), batch_size: self.batch_size, ctx };
+        let mut out = self.output(ctx, self.batch_size);
         for (&start, panes) in self.windows.iter_mut() {
             if panes.end - 1 > watermark {
                 break;
@@ -267,7 +333,7 @@ impl<K: GroupKey> Operator for Window<K> {
                 panes.fired = true;
                 self.expected_keys = panes.pane.table.len();
                 for entry in panes.pane.table.iter() {
-                    out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end, self.last_ingest_ns);
+                    out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
                 }
             }
         }
@@ -284,6 +350,10 @@ impl<K: GroupKey> Operator for Window<K> {
 
 impl<K: GroupKey> Panes<K> {
     fn new(end: i64, keys: usize) -> Panes<K> {
-        Panes { end, fired: false, pane: Pane::with_capacity(keys) }
+        Panes {
+            end,
+            fired: false,
+            pane: Pane::with_capacity(keys),
+        }
     }
 }

@@ -154,8 +154,12 @@ impl Aggregates {
                 AggFunc::Avg => Some((NumAgg::AvgInt, Fold::Int)),
                 AggFunc::Min if float => Some((NumAgg::MinFloat, Fold::Float)),
                 AggFunc::Max if float => Some((NumAgg::MaxFloat, Fold::Float)),
-                AggFunc::Min if arg_type == Some(DataType::Int) => Some((NumAgg::MinInt, Fold::Int)),
-                AggFunc::Max if arg_type == Some(DataType::Int) => Some((NumAgg::MaxInt, Fold::Int)),
+                AggFunc::Min if arg_type == Some(DataType::Int) => {
+                    Some((NumAgg::MinInt, Fold::Int))
+                }
+                AggFunc::Max if arg_type == Some(DataType::Int) => {
+                    Some((NumAgg::MaxInt, Fold::Int))
+                }
                 _ => None,
             };
             match num {
@@ -206,11 +210,23 @@ impl Aggregates {
 
     /// Evaluates the arguments that are not bare fields. A row whose
     /// evaluation fails is reported through `dead_letter` and marked.
-    pub(super) fn eval(&self, calls: &[AggCall], batch: &Batch, mut dead_letter: impl FnMut(usize, &str)) -> Args {
+    pub(super) fn eval(
+        &self,
+        calls: &[AggCall],
+        batch: &Batch,
+        mut dead_letter: impl FnMut(usize, &str),
+    ) -> Args {
         let n = batch.len();
-        let mut args = Args { columns: Vec::with_capacity(self.evaluated.len()), failed: Vec::new(), any_failed: false };
+        let mut args = Args {
+            columns: Vec::with_capacity(self.evaluated.len()),
+            failed: Vec::new(),
+            any_failed: false,
+        };
         for &i in &self.evaluated {
-            let arg = calls[i].arg.as_ref().expect("evaluated aggregates have an argument");
+            let arg = calls[i]
+                .arg
+                .as_ref()
+                .expect("evaluated aggregates have an argument");
             let mut col = Column::new(arg.data_type(), n);
             for row in 0..n {
                 if let Err(e) = arg.eval_into(batch, row, &mut col) {
@@ -241,14 +257,29 @@ impl Aggregates {
     /// Every aggregate's input column for one batch, resolved once.
     pub(super) fn inputs<'a>(&self, batch: &'a Batch, args: &'a Args) -> Inputs<'a> {
         Inputs {
-            num: self.num.iter().map(|a| Self::column(a.source, batch, args)).collect(),
-            other: self.other.iter().map(|a| Self::column(a.source, batch, args)).collect(),
+            num: self
+                .num
+                .iter()
+                .map(|a| Self::column(a.source, batch, args))
+                .collect(),
+            other: self
+                .other
+                .iter()
+                .map(|a| Self::column(a.source, batch, args))
+                .collect(),
         }
     }
 
     /// Folds row `row` (with event time `ts`) into one key's accumulators.
     #[inline]
-    pub(super) fn update(&self, num: &mut [u64], other: &mut [AccState], inputs: &Inputs<'_>, row: usize, ts: i64) {
+    pub(super) fn update(
+        &self,
+        num: &mut [u64],
+        other: &mut [AccState],
+        inputs: &Inputs<'_>,
+        row: usize,
+        ts: i64,
+    ) {
         for (i, (agg, col)) in self.num.iter().zip(&inputs.num).enumerate() {
             let Some(col) = col else {
                 self.layout.add_row(num, i);
@@ -274,7 +305,13 @@ impl Aggregates {
     }
 
     /// Merges one key's accumulators into another's (sessions joining).
-    pub(super) fn merge(&self, num: &mut [u64], other: &mut [AccState], from_num: &[u64], from_other: &[AccState]) {
+    pub(super) fn merge(
+        &self,
+        num: &mut [u64],
+        other: &mut [AccState],
+        from_num: &[u64],
+        from_other: &[AccState],
+    ) {
         if !self.layout.is_empty() {
             self.layout.merge(num, from_num);
         }
@@ -310,62 +347,56 @@ impl Aggregates {
 }
 
 fn update_other(acc: &mut AccState, v: ValueRef<'_>, ts: i64) {
-    match acc {
-        AccState::MinStr(m) => {
-            if let ValueRef::Str(s) = v
-                && m.as_deref().is_none_or(|cur| s < cur)
-            {
-                *m = Some(s.into());
-            }
-        }
-        AccState::MaxStr(m) => {
-            if let ValueRef::Str(s) = v
-                && m.as_deref().is_none_or(|cur| s > cur)
-            {
-                *m = Some(s.into());
-            }
-        }
-        AccState::First(slot) => {
-            if slot.as_ref().is_none_or(|(t, cur)| ts < *t || (ts == *t && value_cmp(v, cur.as_ref()).is_lt())) {
-                *slot = Owned::from_value(v).map(|o| (ts, o));
-            }
-        }
-        AccState::Last(slot) => {
-            if slot.as_ref().is_none_or(|(t, cur)| ts > *t || (ts == *t && value_cmp(v, cur.as_ref()).is_gt())) {
-                *slot = Owned::from_value(v).map(|o| (ts, o));
-            }
-        }
-        AccState::Distinct(set) => {
+    match (acc, v) {
+        (AccState::MinStr(m), ValueRef::Str(s)) => keep_str(m, s, std::cmp::Ordering::Less),
+        (AccState::MaxStr(m), ValueRef::Str(s)) => keep_str(m, s, std::cmp::Ordering::Greater),
+        (AccState::First(slot), v) => keep_timed(slot, ts, v, std::cmp::Ordering::Less),
+        (AccState::Last(slot), v) => keep_timed(slot, ts, v, std::cmp::Ordering::Greater),
+        (AccState::Distinct(set), v) => {
             let mut key = Vec::new();
             crate::data::encode_value(v, &mut key);
             set.insert(key.into_boxed_slice());
         }
+        _ => {}
     }
 }
 
 fn merge_other(a: &mut AccState, b: &AccState) {
     match (a, b) {
         (AccState::MinStr(x), AccState::MinStr(Some(y))) => {
-            if x.as_deref().is_none_or(|cur| &**y < cur) {
-                *x = Some(y.clone());
-            }
+            keep_str(x, y, std::cmp::Ordering::Less)
         }
         (AccState::MaxStr(x), AccState::MaxStr(Some(y))) => {
-            if x.as_deref().is_none_or(|cur| &**y > cur) {
-                *x = Some(y.clone());
-            }
+            keep_str(x, y, std::cmp::Ordering::Greater)
         }
         (AccState::First(x), AccState::First(Some((t, v)))) => {
-            if x.as_ref().is_none_or(|(ct, cv)| t < ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_lt())) {
-                *x = Some((*t, v.clone()));
-            }
+            keep_timed(x, *t, v.as_ref(), std::cmp::Ordering::Less)
         }
         (AccState::Last(x), AccState::Last(Some((t, v)))) => {
-            if x.as_ref().is_none_or(|(ct, cv)| t > ct || (t == ct && value_cmp(v.as_ref(), cv.as_ref()).is_gt())) {
-                *x = Some((*t, v.clone()));
-            }
+            keep_timed(x, *t, v.as_ref(), std::cmp::Ordering::Greater)
         }
         (AccState::Distinct(x), AccState::Distinct(y)) => x.extend(y.iter().cloned()),
         _ => {}
+    }
+}
+
+/// `min`/`max` of strings: keeps `s` if it orders `wins` against the
+/// current value.
+fn keep_str(slot: &mut Option<Box<str>>, s: &str, wins: std::cmp::Ordering) {
+    if slot.as_deref().is_none_or(|cur| s.cmp(cur) == wins) {
+        *slot = Some(s.into());
+    }
+}
+
+/// `first` (`wins` = Less) and `last` (Greater): keeps `(ts, v)` if its
+/// time orders `wins` against the current one; on equal times the value
+/// decides, so the result never depends on arrival order.
+fn keep_timed(slot: &mut Option<(i64, Owned)>, ts: i64, v: ValueRef<'_>, wins: std::cmp::Ordering) {
+    let better = match slot {
+        None => true,
+        Some((t, cur)) => ts.cmp(t).then_with(|| value_cmp(v, cur.as_ref())) == wins,
+    };
+    if better {
+        *slot = Owned::from_value(v).map(|o| (ts, o));
     }
 }

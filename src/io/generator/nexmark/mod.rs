@@ -147,7 +147,11 @@ fn next_base0_auction_id(g: u64, rng: &mut EventRng) -> i64 {
 fn next_price(rng: &mut EventRng) -> i64 {
     const STEPS: usize = 1024;
     static POWERS: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
-    let powers = POWERS.get_or_init(|| (0..=STEPS).map(|i| 10f64.powf(6.0 * i as f64 / STEPS as f64) * 100.0).collect());
+    let powers = POWERS.get_or_init(|| {
+        (0..=STEPS)
+            .map(|i| 10f64.powf(6.0 * i as f64 / STEPS as f64) * 100.0)
+            .collect()
+    });
     let x = rng.unit_f64() * STEPS as f64;
     let i = (x as usize).min(STEPS - 1);
     let frac = x - i as f64;
