@@ -178,20 +178,18 @@ fn read_component(
         Section::Transform => (TRANSFORM_TYPES, "transform"),
         Section::Sink => (SINK_TYPES, "sink"),
     };
-    let type_name = if t.has("type") {
+    let type_name = if t.require(d, "type", &format!("; {what} types: {}", types.join(", "))) {
         t.choice(d, "type", types)
     } else {
-        t.raw("type");
-        d.error(
-            t.span(),
-            &t.ctx("type"),
-            format!("missing field `type`; {what} types: {}", types.join(", ")),
-        );
         None
     };
     let (inputs, inputs_span) = if section == Section::Source {
         (Vec::new(), t.span())
-    } else if t.has("inputs") {
+    } else if t.require(
+        d,
+        "inputs",
+        ": the ids of the components that feed this one",
+    ) {
         let list = t.string_list(d, "inputs");
         match list {
             Some(l) if l.value.is_empty() => {
@@ -202,12 +200,6 @@ fn read_component(
             None => (Vec::new(), t.span()),
         }
     } else {
-        t.raw("inputs");
-        d.error(
-            t.span(),
-            &t.ctx("inputs"),
-            "missing field `inputs`: the ids of the components that feed this one",
-        );
         (Vec::new(), t.span())
     };
     let Some(type_name) = type_name else {
@@ -411,9 +403,7 @@ fn read_start(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<i64> {
 }
 
 fn read_schema(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<SchemaDecl> {
-    if !t.has("schema") {
-        t.raw("schema");
-        d.error(t.span(), &t.ctx("schema"), "missing field `schema`: declare the record fields, e.g. schema = { sensor = \"string\", temp = \"float\", ts = \"int\" }");
+    if !t.require(d, "schema", ": declare the record fields, e.g. schema = { sensor = \"string\", temp = \"float\", ts = \"int\" }") {
         return None;
     }
     let table = t.string_table(d, "schema")?;
@@ -507,13 +497,11 @@ fn read_stdin(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<StdinS
 }
 
 fn read_map(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Spec> {
-    if !t.has("fields") {
-        t.raw("fields");
-        d.error(
-            t.span(),
-            &t.ctx("fields"),
-            "missing field `fields`, e.g. fields = { temp_f = \"temp * 9 / 5 + 32\" }",
-        );
+    if !t.require(
+        d,
+        "fields",
+        ", e.g. fields = { temp_f = \"temp * 9 / 5 + 32\" }",
+    ) {
         return None;
     }
     let fields = t.string_table(d, "fields")?;
@@ -526,13 +514,7 @@ fn read_map(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Spec> {
 }
 
 fn read_field_list(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Vec<Sp<String>>> {
-    if !t.has("fields") {
-        t.raw("fields");
-        d.error(
-            t.span(),
-            &t.ctx("fields"),
-            "missing field `fields`: a list of field names",
-        );
+    if !t.require(d, "fields", ": a list of field names") {
         return None;
     }
     let list = t.string_list(d, "fields")?;
@@ -545,7 +527,11 @@ fn read_field_list(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<V
 fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<WindowConfig> {
     let key = t.string_list(d, "key").map(|k| k.value).unwrap_or_default();
     let late_output = t.string(d, "late_output");
-    let aggregates = if t.has("aggregates") {
+    let aggregates = if t.require(
+        d,
+        "aggregates",
+        ", e.g. aggregates = { n = \"count(*)\", avg_temp = \"avg(temp)\" }",
+    ) {
         let a = t.string_table(d, "aggregates");
         if let Some(a) = &a
             && a.value.is_empty()
@@ -554,45 +540,29 @@ fn read_window(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Windo
         }
         a.map(|a| a.value)
     } else {
-        t.raw("aggregates");
-        d.error(t.span(), &t.ctx("aggregates"), "missing field `aggregates`, e.g. aggregates = { n = \"count(*)\", avg_temp = \"avg(temp)\" }");
         None
     };
-    let window = if t.has("window") {
+    let window = if t.require(
+        d,
+        "window",
+        ", e.g. window = { kind = \"tumbling\", size = \"10s\" }",
+    ) {
         t.table(d, "window")
     } else {
-        t.raw("window");
-        d.error(
-            t.span(),
-            &t.ctx("window"),
-            "missing field `window`, e.g. window = { kind = \"tumbling\", size = \"10s\" }",
-        );
         None
     };
     let mut w = window?;
-    let kind = if w.has("kind") {
+    let kind = if w.require(d, "kind", ": tumbling, hopping or session") {
         w.choice(d, "kind", &["tumbling", "hopping", "session"])
             .map(|k| k.value)
     } else {
-        w.raw("kind");
-        d.error(
-            w.span(),
-            &w.ctx("kind"),
-            "missing field `kind`: tumbling, hopping or session",
-        );
         None
     };
     let need =
         |w: &mut TableReader<'_, '_>, d: &mut Diagnostics, key: &'static str| -> Option<i64> {
-            if w.has(key) {
+            if w.require(d, key, " for this window kind") {
                 w.duration_ms(d, key, false).map(|v| v.value)
             } else {
-                w.raw(key);
-                d.error(
-                    w.span(),
-                    &w.ctx(key),
-                    format!("missing field `{key}` for this window kind"),
-                );
                 None
             }
         };
@@ -694,19 +664,12 @@ fn read_join(
     let mode = match (within, window) {
         (Some(w), None) => Some(JoinMode::Interval { within_ms: w.value }),
         (None, Some(mut w)) => {
-            let kind = w.choice(d, "kind", &["tumbling"]);
-            if kind.is_none() && !w.has("kind") {
-                d.error(
-                    w.span(),
-                    &w.ctx("kind"),
-                    "missing field `kind`; a join window is \"tumbling\"",
-                );
+            if w.require(d, "kind", "; a join window is \"tumbling\"") {
+                w.choice(d, "kind", &["tumbling"]);
             }
-            let size = if w.has("size") {
+            let size = if w.require(d, "size", "") {
                 w.duration_ms(d, "size", false)
             } else {
-                w.raw("size");
-                d.error(w.span(), &w.ctx("size"), "missing field `size`");
                 None
             };
             w.finish(d, "a join's `window`");

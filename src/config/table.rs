@@ -95,18 +95,27 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// Whether `key` is present. If not, reports it missing (followed by
+    /// `hint`, such as `", e.g. ..."`) and marks it known.
+    pub(crate) fn require(&mut self, d: &mut Diagnostics, key: &'static str, hint: &str) -> bool {
+        if self.has(key) {
+            return true;
+        }
+        self.known.push(key);
+        d.error(
+            self.span(),
+            &self.ctx(key),
+            format!("missing field `{key}`{hint}"),
+        );
+        false
+    }
+
     pub(crate) fn required_string(
         &mut self,
         d: &mut Diagnostics,
         key: &'static str,
     ) -> Option<Sp<String>> {
-        if !self.has(key) {
-            self.known.push(key);
-            d.error(
-                self.span(),
-                &self.ctx(key),
-                format!("missing field `{key}`"),
-            );
+        if !self.require(d, key, "") {
             return None;
         }
         self.string(d, key)

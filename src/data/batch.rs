@@ -189,6 +189,18 @@ impl BatchBuilder {
         );
     }
 
+    /// Completes the row just written, taking its event time from the
+    /// value just pushed into the int column `time_column`.
+    #[inline]
+    pub(crate) fn finish_row_from(&mut self, time_column: usize, ingest_ns: u64) {
+        let time = self.columns[time_column]
+            .ints()
+            .last()
+            .copied()
+            .unwrap_or_default();
+        self.finish_row(time, ingest_ns);
+    }
+
     /// Completes the rows just appended to every column in bulk, taking
     /// their event times from the int column `time_column`.
     pub(crate) fn finish_rows(&mut self, time_column: usize, ingest_ns: u64) {

@@ -91,25 +91,7 @@ impl CsvDecoder {
         Ok(())
     }
 
-    pub(super) fn decode(
-        &mut self,
-        line: &[u8],
-        out: &mut BatchBuilder,
-        ingest_ns: u64,
-    ) -> Result<(), String> {
-        match self.write_row(line, out) {
-            Ok(event_time) => {
-                out.finish_row(event_time, ingest_ns);
-                Ok(())
-            }
-            Err(reason) => {
-                out.abort_row();
-                Err(reason)
-            }
-        }
-    }
-
-    fn write_row(&mut self, line: &[u8], out: &mut BatchBuilder) -> Result<i64, String> {
+    pub(super) fn write_row(&mut self, line: &[u8], out: &mut BatchBuilder) -> Result<i64, String> {
         let Some(columns) = &self.columns else {
             return Err("no CSV header was read".to_owned());
         };

@@ -42,27 +42,9 @@ impl JsonDecoder {
         }
     }
 
-    pub(super) fn decode(
-        &mut self,
-        line: &[u8],
-        out: &mut BatchBuilder,
-        ingest_ns: u64,
-    ) -> Result<(), String> {
-        match self.write_row(line, out) {
-            Ok(event_time) => {
-                out.finish_row(event_time, ingest_ns);
-                Ok(())
-            }
-            Err(reason) => {
-                out.abort_row();
-                Err(reason)
-            }
-        }
-    }
-
     /// Writes every field of the row (NULL where absent) and returns its
     /// event time; on error the caller aborts the partly written row.
-    fn write_row(&mut self, line: &[u8], out: &mut BatchBuilder) -> Result<i64, String> {
+    pub(super) fn write_row(&mut self, line: &[u8], out: &mut BatchBuilder) -> Result<i64, String> {
         // Validating the whole line up front rejects bad bytes even inside
         // skipped fields (serde_json does not check those), and lets
         // serde_json skip its own per-string validation.

@@ -78,9 +78,19 @@ impl Decoder {
         out: &mut BatchBuilder,
         ingest_ns: u64,
     ) -> Result<(), String> {
-        match &mut self.inner {
-            DecoderInner::Json(d) => d.decode(line, out, ingest_ns),
-            DecoderInner::Csv(d) => d.decode(line, out, ingest_ns),
+        let written = match &mut self.inner {
+            DecoderInner::Json(d) => d.write_row(line, out),
+            DecoderInner::Csv(d) => d.write_row(line, out),
+        };
+        match written {
+            Ok(event_time) => {
+                out.finish_row(event_time, ingest_ns);
+                Ok(())
+            }
+            Err(reason) => {
+                out.abort_row();
+                Err(reason)
+            }
         }
     }
 }

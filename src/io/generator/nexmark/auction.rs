@@ -62,13 +62,7 @@ impl Generator for Auctions {
             out.column_mut(7).push_int(seller);
             out.column_mut(8).push_int(category);
             out.column_mut(9).push_str("");
-            let time = out
-                .column_mut(self.time_field)
-                .ints()
-                .last()
-                .copied()
-                .unwrap_or(date_time);
-            out.finish_row(time, ingest_ns);
+            out.finish_row_from(self.time_field, ingest_ns);
         }
     }
 }

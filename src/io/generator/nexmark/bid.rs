@@ -64,13 +64,7 @@ impl Generator for Bids {
             out.column_mut(4).push_str(url);
             out.column_mut(5).push_int(date_time);
             out.column_mut(6).push_str("");
-            let time = out
-                .column_mut(self.time_field)
-                .ints()
-                .last()
-                .copied()
-                .unwrap_or(date_time);
-            out.finish_row(time, ingest_ns);
+            out.finish_row_from(self.time_field, ingest_ns);
         }
     }
 }
