@@ -19,8 +19,9 @@ pub(crate) fn log_summary(report: &Report) {
     );
     if report.dead_letters > 0 {
         tracing::warn!(
-            "{} records could not be read or evaluated; they are in {}",
+            "{} record{} could not be read or evaluated; they are in {}",
             report.dead_letters,
+            if report.dead_letters == 1 { "" } else { "s" },
             report.dead_letter_path.display()
         );
     }
