@@ -271,3 +271,27 @@ fn a_missing_input_file_is_named_and_nothing_starts() {
         "{err}"
     );
 }
+
+#[test]
+fn a_closed_stdout_stops_an_endless_pipeline() {
+    let s = Scratch::new();
+    let config = endless(&s, None, "[sinks.out]\ntype = \"stdout\"\ninputs = [\"readings\"]");
+    let mut child = eddy().arg("run").arg(&config).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    // Read one line, then close the pipe, as `eddy run ... | head -1` does.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("eddy kept running after its stdout was closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}

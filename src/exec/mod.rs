@@ -39,6 +39,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Asks the sources to end; the pipeline then drains.
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Relaxed);
+        if let Some(threads) = self.threads.get() {
+            threads.iter().for_each(Thread::unpark);
+        }
+    }
+
     /// Ends the run with an error; the first message wins.
     pub(crate) fn fail(&self, message: String) {
         tracing::error!("{message}");
@@ -103,10 +111,7 @@ impl Running {
 
     /// Asks the sources to end; the pipeline then drains.
     pub(crate) fn stop(&self) {
-        self.shared.stop.store(true, Relaxed);
-        if let Some(threads) = self.shared.threads.get() {
-            threads.iter().for_each(Thread::unpark);
-        }
+        self.shared.request_stop();
     }
 
     pub(crate) fn report(&self) -> Report {

@@ -94,12 +94,17 @@ pub(crate) fn start(
             Target::Stdout => "stdout".to_string(),
             Target::File(p) => p.display().to_string(),
         };
+        let stop: Arc<dyn Fn() + Send + Sync> = {
+            let shared = shared.clone();
+            Arc::new(move || shared.request_stop())
+        };
         let (tx, handle) = io::spawn_writer(
             &node.id,
             target,
             header,
             plan.node.channel_capacity,
             fail.clone(),
+            stop,
         )
         .map_err(|e| format!("sinks.{}: cannot open {what}: {e}", node.id))?;
         writers.insert(i, tx);

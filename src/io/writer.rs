@@ -26,6 +26,7 @@ pub(crate) fn spawn_writer(
     header: Vec<u8>,
     capacity: usize,
     fail: std::sync::Arc<dyn Fn(String) + Send + Sync>,
+    stop: std::sync::Arc<dyn Fn() + Send + Sync>,
 ) -> std::io::Result<(SinkWriter, JoinHandle<()>)> {
     let (mut out, name): (Box<dyn Write + Send>, String) = match &target {
         Target::Stdout => (Box::new(std::io::stdout()), "stdout".into()),
@@ -62,11 +63,17 @@ pub(crate) fn spawn_writer(
                 }
                 out.flush()
             })();
-            if let Err(e) = result {
-                // A closed stdout (`eddy run ... | head`) is not worth a failure.
-                if e.kind() != std::io::ErrorKind::BrokenPipe {
-                    fail(format!("sinks.{component}: cannot write to {name}: {e}"));
+            match result {
+                Ok(()) => {}
+                // A reader that went away (`eddy run ... | head`) ends the
+                // run the way it ends a Unix pipeline: quietly.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    tracing::info!(
+                        "sinks.{component}: {name} was closed by its reader; stopping the sources"
+                    );
+                    stop();
                 }
+                Err(e) => fail(format!("sinks.{component}: cannot write to {name}: {e}")),
             }
         })?;
     Ok((tx, handle))
