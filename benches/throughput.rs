@@ -103,7 +103,7 @@ fn nexmark_pipeline(query: &str, events: u64, rate: Option<u64>) -> String {
     let rate = rate.map(|r| format!("rate = {r}\n")).unwrap_or_default();
     let into = if query.is_empty() { "bids" } else { "q" };
     format!(
-        "[node]\nworkers = 1\n[sources.bids]\ntype = \"generator\"\nschema = \"nexmark\"\nevents = \"bid\"\ncount = {events}\n{rate}{query}[sinks.out]\ntype = \"blackhole\"\ninputs = [\"{into}\"]\n"
+        "[node]\nworkers = 1\n[checkpoint]\nenabled = false\n[sources.bids]\ntype = \"generator\"\nschema = \"nexmark\"\nevents = \"bid\"\ncount = {events}\n{rate}{query}[sinks.out]\ntype = \"blackhole\"\ninputs = [\"{into}\"]\n"
     )
 }
 

@@ -18,6 +18,8 @@ pub(crate) mod exec;
 pub(crate) mod io;
 #[cfg(feature = "std")]
 pub(crate) mod plan;
+#[cfg(feature = "std")]
+pub(crate) mod state;
 
 #[cfg(feature = "std")]
 pub use daemon::api::{

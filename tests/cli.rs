@@ -261,7 +261,9 @@ fn a_missing_input_file_is_named_and_nothing_starts() {
     let s = Scratch::new();
     let config = s.write(
         "p.toml",
-        "[sources.in]\ntype = \"file\"\npath = \"/nonexistent/in.jsonl\"\nschema = { n = \"int\" }\n[sinks.out]\ntype = \"stdout\"\ninputs = [\"in\"]\n",
+        &format!("[node]\ndata_dir = \"{}\"\n[sources.in]\ntype = \"file\"\npath = \"/nonexistent/in.jsonl\"\nschema = {{ n = \"int\" }}\n[sinks.out]\ntype = \"stdout\"\ninputs = [\"in\"]\n",
+            s.path("data").display()
+        ),
     );
     let out = eddy().arg("run").arg(&config).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -30,6 +30,7 @@ fn bad_json_lines_go_to_dead_letters_with_their_places() {
             r#"
 [node]
 workers = 2
+data_dir = "{data}"
 dead_letter = "{dl}"
 [sources.in]
 type = "file"
@@ -45,6 +46,7 @@ type = "stdout"
 inputs = ["ratio"]
 "#,
             dl = s.path("dead.jsonl").display(),
+            data = s.path("data").display(),
             input = input.display()
         ),
     );
@@ -118,6 +120,7 @@ fn bad_csv_rows_go_to_dead_letters_and_stdin_works() {
         &format!(
             r#"
 [node]
+data_dir = "{data}"
 dead_letter = "{dl}"
 [sources.in]
 type = "stdin"
@@ -128,7 +131,8 @@ type = "stdout"
 inputs = ["in"]
 format = "csv"
 "#,
-            dl = s.path("dead.jsonl").display()
+            dl = s.path("dead.jsonl").display(),
+            data = s.path("data").display()
         ),
     );
     let input =

@@ -32,6 +32,11 @@ pub(crate) struct NodeConfig {
     /// Batches a channel between workers (or to a sink writer) holds before
     /// the sender waits.
     pub(crate) channel_capacity: usize,
+    /// `[checkpoint] interval`; `None` when `enabled = false`.
+    pub(crate) checkpoint_interval_ms: Option<i64>,
+    /// `[state] cache_bytes`: memory for operator state before it spills
+    /// to the store.
+    pub(crate) cache_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +108,7 @@ pub(crate) enum Spec {
     FileSink {
         path: Sp<PathBuf>,
         format: Format,
+        exactly_once: bool,
     },
     Blackhole,
     /// A component whose fields have errors (already reported).

@@ -43,6 +43,18 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     if let Some(node) = top.table(&mut d, "node") {
         config.node = read_node(&mut d, node.into_component("node"));
     }
+    if let Some(mut cp) = top.table(&mut d, "checkpoint").map(|t| t.into_component("checkpoint")) {
+        let enabled = cp.boolean(&mut d, "enabled").is_none_or(|b| b.value);
+        let interval = cp.duration_ms(&mut d, "interval", false).map_or(10_000, |i| i.value);
+        config.node.checkpoint_interval_ms = enabled.then_some(interval);
+        cp.finish(&mut d, "[checkpoint]");
+    }
+    if let Some(mut st) = top.table(&mut d, "state").map(|t| t.into_component("state")) {
+        if let Some(bytes) = st.size_bytes(&mut d, "cache_bytes") {
+            config.node.cache_bytes = bytes;
+        }
+        st.finish(&mut d, "[state]");
+    }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
             continue;
@@ -123,6 +135,8 @@ fn default_node() -> NodeConfig {
         bins: 256,
         batch_size: 1024,
         channel_capacity: 16,
+        checkpoint_interval_ms: Some(10_000),
+        cache_bytes: 256 << 20,
     }
 }
 
@@ -233,17 +247,22 @@ fn read_component(
         (Section::Transform, "join") => {
             read_join(d, &mut t, &inputs, inputs_span.clone()).map(Spec::Join)
         }
-        (Section::Sink, "stdout") => Some(Spec::Stdout {
-            format: read_format(d, &mut t),
-        }),
+        (Section::Sink, "stdout") => {
+            read_delivery(d, &mut t, false);
+            Some(Spec::Stdout { format: read_format(d, &mut t) })
+        }
         (Section::Sink, "file") => {
             let path = t
                 .required_string(d, "path")
                 .map(|p| Sp::new(PathBuf::from(p.value), p.span));
             let format = read_format(d, &mut t);
-            path.map(|path| Spec::FileSink { path, format })
+            let exactly_once = read_delivery(d, &mut t, true);
+            path.map(|path| Spec::FileSink { path, format, exactly_once })
         }
-        (Section::Sink, "blackhole") => Some(Spec::Blackhole),
+        (Section::Sink, "blackhole") => {
+            read_delivery(d, &mut t, false);
+            Some(Spec::Blackhole)
+        }
         _ => unreachable!("type checked against the list above"),
     };
     t.finish(d, &format!("a {} {what}", type_name.value));
@@ -258,6 +277,19 @@ fn read_component(
         inputs_span,
         spec,
     }
+}
+
+/// `delivery`: whether the sink writes each record exactly once across
+/// restarts (only sinks that can take back what they wrote can).
+fn read_delivery(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, can_be_exact: bool) -> bool {
+    let Some(choice) = t.choice(d, "delivery", &["at_least_once", "exactly_once"]) else {
+        return false;
+    };
+    if choice.value == "exactly_once" && !can_be_exact {
+        d.error(choice.span, &t.ctx("delivery"), "this sink cannot take back what it wrote, so it is at_least_once; a `file` sink can be exactly_once");
+        return false;
+    }
+    choice.value == "exactly_once"
 }
 
 fn read_format(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Format {

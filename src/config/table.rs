@@ -190,6 +190,20 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// A size in bytes: an integer, or a string such as `"64MiB"`, `"1GB"`.
+    pub(crate) fn size_bytes(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<u64> {
+        let v = self.raw(key)?;
+        let parsed = match v.get_ref() {
+            DeValue::Integer(i) => i.as_str().replace('_', "").parse::<u64>().ok(),
+            DeValue::String(s) => s.trim().parse::<bytesize::ByteSize>().ok().map(|b| b.as_u64()),
+            _ => None,
+        };
+        if parsed.is_none() {
+            d.error(v.span(), &self.ctx(key), format!("expected a size such as \"256MiB\" or a number of bytes, found {}", describe(v.get_ref())));
+        }
+        parsed
+    }
+
     /// A duration written as a string such as `"10s"` or `"250ms"`, in ms.
     pub(crate) fn duration_ms(
         &mut self,

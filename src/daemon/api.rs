@@ -140,6 +140,9 @@ pub fn wcount(events: u64, workers: usize) -> Result<WcountReport, String> {
         r#"
 [node]
 workers = {workers}
+# The engine alone: state in memory, as the timely baseline keeps it.
+[checkpoint]
+enabled = false
 [sources.events]
 type = "generator"
 schema = "wcount"

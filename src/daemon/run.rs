@@ -76,7 +76,7 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
 
 /// Waits until the run ends by itself, or a signal asks it to stop (then it
 /// drains). A second signal exits at once.
-fn wait_or_signal(running: exec::Running) -> Result<exec::Running, ExitCode> {
+fn wait_or_signal(mut running: exec::Running) -> Result<exec::Running, ExitCode> {
     smol::block_on(async {
         let mut signals = match Signals::new([Signal::Int, Signal::Term]) {
             Ok(s) => s,
@@ -99,10 +99,18 @@ fn wait_or_signal(running: exec::Running) -> Result<exec::Running, ExitCode> {
             let signal = async { signals.next().await };
             match smol::future::or(finished, signal).await {
                 None => return Ok(running),
+                                Some(Ok(sig)) if !stopping && running.has_checkpoints() => {
+                    // Open windows stay open: their state goes into a final
+                    // checkpoint and the next run continues them.
+                    tracing::info!("received {sig:?}; taking a final checkpoint (send it again to exit at once)");
+                    stopping = true;
+                    match running.checkpoint_and_halt(Duration::from_secs(30)) {
+                        Ok(id) => tracing::info!(checkpoint = id, "final checkpoint committed; stopping"),
+                        Err(e) => tracing::error!("the final checkpoint failed: {e}"),
+                    }
+                }
                 Some(Ok(sig)) if !stopping => {
-                    tracing::info!(
-                        "received {sig:?}; stopping sources and draining (send it again to exit at once)"
-                    );
+                    tracing::info!("received {sig:?}; stopping sources and draining (send it again to exit at once)");
                     stopping = true;
                     running.stop();
                 }

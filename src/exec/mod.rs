@@ -2,9 +2,11 @@
 //! records exchanged between them by key bin over bounded channels,
 //! watermarks, end of input, and the intrinsic metrics.
 
+pub(crate) mod checkpoint;
 pub(crate) mod clock;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+mod committer;
 mod ops;
 mod start;
 mod worker;
@@ -31,17 +33,30 @@ pub(crate) struct Shared {
     pub(crate) dead_letter: Arc<DeadLetter>,
     /// Set to end the sources (a signal, or a failure).
     pub(crate) stop: Arc<AtomicBool>,
-    /// Set when the run cannot go on; workers return at once.
+        /// Set when the run cannot go on; workers return at once.
     pub(crate) failed: AtomicBool,
     failure: Mutex<Option<String>>,
+    /// Set after a final checkpoint when stopping: workers return at once,
+    /// leaving open windows to the checkpoint.
+    pub(crate) halted: AtomicBool,
     /// Worker thread handles, for wakeups; set before any work starts.
     pub(crate) threads: OnceLock<Vec<Thread>>,
+    /// `None` when checkpoints are off.
+    pub(crate) checkpoints: Option<Arc<checkpoint::Checkpoints>>,
+    /// The checkpoint this run resumes from.
+    pub(crate) restored: Option<Arc<crate::state::CheckpointRecord>>,
 }
 
 impl Shared {
     /// Asks the sources to end; the pipeline then drains.
     pub(crate) fn request_stop(&self) {
         self.stop.store(true, Relaxed);
+        if let Some(threads) = self.threads.get() {
+            threads.iter().for_each(Thread::unpark);
+        }
+    }
+
+        pub(crate) fn wake_workers(&self) {
         if let Some(threads) = self.threads.get() {
             threads.iter().for_each(Thread::unpark);
         }
@@ -77,8 +92,13 @@ pub(crate) struct Running {
     helpers: Vec<JoinHandle<()>>,
     /// `[node][worker]`
     metrics: Vec<Vec<Arc<OpMetrics>>>,
-    /// Per node; sinks only.
+        /// Per node; sinks only.
     latency: Vec<Option<Arc<Latency>>>,
+    /// The periodic checkpoint thread, and how to stop it.
+    committer: Option<JoinHandle<()>>,
+    committer_quit: Arc<AtomicBool>,
+    /// Every sink writer, to end it once the workers are done.
+    shutdowns: Vec<crate::io::SinkWriterHandle>,
 }
 
 /// The counters of one component over all workers.
@@ -109,9 +129,38 @@ impl Running {
         self.workers.iter().all(JoinHandle::is_finished)
     }
 
-    /// Asks the sources to end; the pipeline then drains.
+        /// Asks the sources to end; the pipeline then drains.
     pub(crate) fn stop(&self) {
         self.shared.request_stop();
+    }
+
+    pub(crate) fn has_checkpoints(&self) -> bool {
+        self.shared.checkpoints.is_some()
+    }
+
+    /// Stops with a checkpoint: takes one now, then lets the workers return
+    /// without firing open windows, which the next run restores.
+        /// If the checkpoint cannot complete within `timeout` (a stalled
+    /// sink), the workers stop anyway and the next run resumes from the
+    /// checkpoint before.
+    pub(crate) fn checkpoint_and_halt(&mut self, timeout: Duration) -> Result<u64, String> {
+        let cp = self.shared.checkpoints.clone().ok_or("checkpoints are off")?;
+        self.stop_committer();
+        let deadline = Instant::now() + timeout;
+        let taken = committer::take(&self.shared, &cp, &|| Instant::now() < deadline);
+        self.shared.halted.store(true, Relaxed);
+        self.shared.wake_workers();
+        match taken? {
+            Some(c) => Ok(c.id),
+            None => Err(format!("it did not complete within {timeout:?}; the next run resumes from the one before")),
+        }
+    }
+
+    fn stop_committer(&mut self) {
+        self.committer_quit.store(true, Relaxed);
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
     }
 
     pub(crate) fn report(&self) -> Report {
@@ -160,11 +209,25 @@ impl Running {
 
     /// Waits for the run to end (every source ended and drained, or a
     /// failure) and reports.
-    pub(crate) fn wait(mut self) -> Report {
+        pub(crate) fn wait(mut self) -> Report {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
         let elapsed = self.started.elapsed();
+        self.stop_committer();
+        let finished = !self.shared.failed.load(Relaxed) && !self.shared.halted.load(Relaxed);
+        if let (Some(cp), true) = (self.shared.checkpoints.clone(), finished) {
+            // Every instance has ended: this checkpoint records the run as
+            // complete, and commits what exactly-once sinks still hold.
+            let id = cp.requested() + 1;
+            match cp.commit(id, true, &|| true) {
+                Ok(_) => tracing::debug!(checkpoint = id, "the run is complete"),
+                Err(e) => self.shared.fail(e),
+            }
+        }
+        for tx in self.shutdowns.drain(..) {
+            let _ = tx.send(crate::io::WriterMsg::Shutdown);
+        }
         // Operators are gone, so sink writers see their channels close and
         // flush. Readers may block on stdin forever: do not wait for those.
         for h in self.helpers.drain(..) {

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use super::checkpoint::Snapshot;
 use super::metrics::OpMetrics;
 use crate::data::Batch;
 use crate::io::dead_letter::DeadLetter;
@@ -19,8 +20,26 @@ pub(crate) trait Operator: Send {
     /// with `WATERMARK_END` once every input has ended.
     fn on_watermark(&mut self, _watermark: i64, _ctx: &mut OpCtx<'_>) {}
 
-    /// Every input has ended (after the final watermark); flush.
+        /// Every input has ended (after the final watermark); flush.
     fn on_end(&mut self, _ctx: &mut OpCtx<'_>) {}
+
+    /// Barrier `checkpoint` has arrived on every input (or `FINAL`, after
+    /// `on_end`): returns the full state of every bin changed since the
+    /// last snapshot. Exactly-once sinks seal what belongs to the
+    /// checkpoint here. Stateless operators keep the default.
+    fn snapshot(&mut self, _checkpoint: u64) -> Snapshot {
+        Snapshot::default()
+    }
+
+        /// Before any input: installs one bin's state from a checkpoint. An
+    /// error says why the state does not fit this operator (a changed
+    /// config).
+    fn restore(&mut self, _bin: u32, _entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Before any input: the watermark the operator had at the checkpoint.
+    fn restore_watermark(&mut self, _watermark: i64) {}
 }
 
 /// What an operator may do while it runs.
@@ -75,4 +94,11 @@ pub(crate) trait SourceTask: Send {
     /// Produces the next batch if one is ready. `stop` asks the source to
     /// end (SIGINT/SIGTERM).
     fn poll(&mut self, stop: bool) -> SourcePoll;
+
+    /// Where the source is: everything it produced so far, as
+    /// `(split, position)` pairs that a restarted source resumes from.
+    /// Empty for sources that cannot be replayed.
+    fn position(&self) -> Vec<(u32, Vec<u8>)> {
+        Vec::new()
+    }
 }

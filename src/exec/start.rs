@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::checkpoint::{Checkpoints, NodeInfo, decode_positions};
+use super::committer::spawn_committer;
 use super::metrics::{Latency, OpMetrics};
 use super::operator::{Operator, SourceTask};
 use super::ops;
@@ -15,10 +17,11 @@ use crate::config::WindowKind;
 use crate::data::{ByteKey, WordKey};
 use crate::io::codec::Encoder;
 use crate::io::dead_letter::DeadLetter;
-use crate::io::{self, BlackholeSink, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink};
+use crate::io::{self, BlackholeSink, ExactlyOnce, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink};
+use crate::state::{CheckpointRecord, Store};
 use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
-use crate::plan::{OpSpec, Plan};
+use crate::plan::{NodeKind, OpSpec, Plan};
 
 /// Starts every thread of a run. `taps` attach a function to blackhole
 /// sinks by id.
@@ -27,7 +30,8 @@ pub(crate) fn start(
     stop: Arc<AtomicBool>,
     taps: HashMap<String, Tap>,
 ) -> Result<Running, String> {
-    let workers = plan.node.workers;
+        let workers = plan.node.workers;
+    let (checkpoints, restored) = open_state(&plan)?;
     let shared = Arc::new(Shared {
         workers,
         bins: plan.node.bins,
@@ -36,9 +40,14 @@ pub(crate) fn start(
         dead_letter: Arc::new(DeadLetter::new(plan.node.dead_letter.clone())),
         stop,
         failed: AtomicBool::new(false),
-        failure: Mutex::new(None),
+                failure: Mutex::new(None),
+        halted: AtomicBool::new(false),
         threads: OnceLock::new(),
+        checkpoints,
+        restored,
     });
+    let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> { shared.restored.as_ref().and_then(|r| r.source(id)).map(decode_positions) };
+    let checkpoint = shared.checkpoints.as_ref().map_or(0, |c| c.requested());
     let fail: Arc<dyn Fn(String) + Send + Sync> = {
         let shared = shared.clone();
         Arc::new(move |m| shared.fail(m))
@@ -78,14 +87,21 @@ pub(crate) fn start(
     }
 
     // Sink writers, shared by every worker's instance of the sink.
-    let mut helpers = Vec::new();
+        let mut helpers = Vec::new();
     let mut writers = HashMap::new();
+    let mut shutdowns = Vec::new();
     for (i, node) in plan.nodes.iter().enumerate() {
-        let (target, format) = match &node.op {
-            OpSpec::Stdout { format } => (Target::Stdout, *format),
-            OpSpec::FileSink { path, format } => (Target::File(path.clone()), *format),
+                let (target, format, exact) = match &node.op {
+            OpSpec::Stdout { format } => (Target::Stdout, *format, false),
+            OpSpec::FileSink { path, format, exactly_once } => (Target::File(path.clone()), *format, *exactly_once),
             _ => continue,
         };
+        let exactly_once = exact.then(|| ExactlyOnce {
+            node: i,
+            checkpoints: shared.checkpoints.clone().expect("exactly_once needs checkpoints (checked by the plan)"),
+            restored: shared.restored.as_ref().and_then(|r| r.sink(&node.id)).map(<[u8]>::to_vec),
+            instances: workers,
+        });
         let input = &node.inputs[0];
         let schema = &plan.nodes[input.from].outputs[input.from_port].schema;
         let mut header = Vec::new();
@@ -103,10 +119,12 @@ pub(crate) fn start(
             target,
             header,
             plan.node.channel_capacity,
-            fail.clone(),
+                        fail.clone(),
             stop,
+            exactly_once,
         )
         .map_err(|e| format!("sinks.{}: cannot open {what}: {e}", node.id))?;
+        shutdowns.push(tx.clone());
         writers.insert(i, tx);
         helpers.push(handle);
     }
@@ -118,14 +136,16 @@ pub(crate) fn start(
         let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
             continue;
         };
-        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
-        let input = io::open_input(p).map_err(|e| match &p.path {
+                let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
+                let resume = positions(&node.id).and_then(|p| p.into_iter().next()).and_then(|(_, pos)| io::decode_file_position(&pos));
+        let input = io::open_input(p, resume).map_err(|e| match &p.path {
             Some(path) => format!("sources.{}: cannot open {}: {e}", node.id, path.display()),
             None => format!("sources.{}: cannot read stdin: {e}", node.id),
         })?;
-        let (tx, source) = io::line_channel(plan.node.channel_capacity);
+                let replayable = p.path.is_some();
+        let (tx, source) = io::line_channel(plan.node.channel_capacity, replayable, resume);
         line_sources.insert((i, owner), source);
-        readers.push((i, owner, input, tx));
+        readers.push((i, owner, input, tx, resume));
     }
 
     let mut handles = Vec::new();
@@ -166,18 +186,19 @@ pub(crate) fn start(
             let ports = node
                 .inputs
                 .iter()
-                .map(|input| Port::new(if input.exchange.is_some() { workers } else { 1 }))
+                                .map(|input| Port::new(if input.exchange.is_some() { workers } else { 1 }, checkpoint))
                 .collect();
             let op = instantiate(&plan, i, w, &writers, &latency, &taps);
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
                 OpSpec::Generator(g) => Some((
-                    Box::new(GeneratorTask::new(
+                                        Box::new(GeneratorTask::new(
                         &g.spec,
                         g.rate,
                         g.count,
                         w,
                         workers,
                         plan.node.batch_size,
+                        positions(&node.id).as_deref(),
                     )),
                     Some(g.max_out_of_orderness_ms),
                 )),
@@ -204,8 +225,10 @@ pub(crate) fn start(
                 watermark: crate::kernel::watermark::WATERMARK_START,
                 ended: false,
                 routes,
-                metrics: metrics[i][w].clone(),
+                                metrics: metrics[i][w].clone(),
                 emitted: Vec::new(),
+                passed: checkpoint,
+                pending: checkpoint,
             });
         }
         let worker = Worker {
@@ -214,8 +237,9 @@ pub(crate) fn start(
             nodes,
             sources,
             edges,
-            drain_order,
+                        drain_order,
             rows_by_worker: vec![Vec::new(); workers],
+            injected: checkpoint,
         };
         let shared_for_thread = shared.clone();
         let handle = std::thread::Builder::new()
@@ -243,7 +267,7 @@ pub(crate) fn start(
         .set(handles.iter().map(|h| h.thread().clone()).collect());
     drop(writers);
 
-    for (i, owner, input, tx) in readers {
+        for (i, owner, input, tx, resume) in readers {
         let node = &plan.nodes[i];
         let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
             unreachable!()
@@ -251,7 +275,8 @@ pub(crate) fn start(
         let args = LineReaderArgs {
             component: node.id.clone(),
             plan: Arc::new(p.clone()),
-            input,
+                        input,
+            resume,
             batch_size: plan.node.batch_size,
             tx,
             worker: handles[owner].thread().clone(),
@@ -265,6 +290,14 @@ pub(crate) fn start(
         );
     }
 
+        let committer_quit = Arc::new(AtomicBool::new(false));
+    let committer = match (&shared.checkpoints, plan.node.checkpoint_interval_ms) {
+        (Some(_), Some(ms)) => Some(
+            spawn_committer(shared.clone(), Duration::from_millis(ms as u64), committer_quit.clone())
+                .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
+        ),
+        _ => None,
+    };
     Ok(Running {
         plan,
         shared,
@@ -273,7 +306,68 @@ pub(crate) fn start(
         helpers,
         metrics,
         latency,
+        committer,
+        committer_quit,
+        shutdowns,
     })
+}
+
+/// Opens the store and picks the checkpoint to resume from. A run that
+/// had completed is not resumed: the pipeline starts over.
+fn open_state(plan: &Plan) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>), String> {
+    if plan.node.checkpoint_interval_ms.is_none() {
+        return Ok((None, None));
+    }
+    let store = Store::open(&plan.node.data_dir, plan.node.cache_bytes).map_err(|e| e.0)?;
+    let restored = store.restore_point().map_err(|e| e.0)?;
+    for w in &restored.warnings {
+        tracing::warn!("{w}");
+    }
+    let age = |r: &CheckpointRecord| Duration::from_millis((crate::state::now_ms() - r.time_ms).max(0) as u64);
+    let record = match restored.record {
+        Some(r) if r.completed => {
+            tracing::info!(checkpoint = r.id, "the previous run completed {:.0?} ago; starting from the beginning", age(&r));
+            store.reset().map_err(|e| e.0)?;
+            None
+        }
+        Some(r) if r.bins != plan.node.bins => {
+            return Err(format!(
+                "the state in {} is partitioned into {} bins, but `[node] bins` is {}; set it back, or remove {} to start over",
+                store.dir().display(),
+                r.bins,
+                plan.node.bins,
+                store.dir().display()
+            ));
+        }
+        Some(r) => {
+            let (keys, bytes) = r.totals();
+            let bins: usize = r.operators.iter().map(|o| o.bins.len()).sum();
+            tracing::info!(
+                checkpoint = r.id,
+                keys,
+                bytes,
+                "restoring checkpoint {} taken {:.1?} ago: {keys} keys in {bins} bins of {} operators",
+                r.id,
+                age(&r),
+                r.operators.len()
+            );
+            Some(r)
+        }
+        None => None,
+    };
+    let last = store.latest().map_or(0, |r| r.id);
+    let nodes = plan
+        .nodes
+        .iter()
+        .map(|n| NodeInfo {
+            id: n.id.clone(),
+            stateful: matches!(n.op, OpSpec::Window(_) | OpSpec::Join(_)),
+            source: n.kind == NodeKind::Source,
+            exact_sink: matches!(n.op, OpSpec::FileSink { exactly_once: true, .. }),
+        })
+        .collect();
+    let checkpoints = Checkpoints::new(Arc::new(store), nodes, plan.node.workers, plan.node.bins, last);
+    Ok((Some(Arc::new(checkpoints)), record.map(Arc::new)))
 }
 
 /// The operator instance of node `i` on worker `w` (`None` for sources).
@@ -297,9 +391,9 @@ fn instantiate(
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),
             _ => match w.key.word_fields() {
-                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), batch)),
-                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), batch)),
-                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), batch)),
+                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), bins, batch)),
+                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), bins, batch)),
+                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
             },
         },
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),

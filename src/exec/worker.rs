@@ -32,6 +32,9 @@ pub(crate) struct Message {
 pub(crate) enum Body {
     Batch(Batch),
     Watermark(i64),
+    /// Checkpoint barrier `id`: everything before it belongs to checkpoint
+    /// `id`.
+    Barrier(u64),
     End,
 }
 
@@ -55,18 +58,17 @@ pub(crate) struct Edge {
     pub(crate) inbox: flume::Receiver<Message>,
 }
 
-/// Per input port: the watermark and end of each upstream sender.
+/// Per input port: the watermark, newest barrier and end of each
+/// upstream sender.
 pub(crate) struct Port {
     pub(crate) watermarks: Vec<i64>,
+    pub(crate) barriers: Vec<u64>,
     pub(crate) ended: Vec<bool>,
 }
 
 impl Port {
-    pub(crate) fn new(senders: usize) -> Port {
-        Port {
-            watermarks: vec![WATERMARK_START; senders],
-            ended: vec![false; senders],
-        }
+    pub(crate) fn new(senders: usize, checkpoint: u64) -> Port {
+        Port { watermarks: vec![WATERMARK_START; senders], barriers: vec![checkpoint; senders], ended: vec![false; senders] }
     }
 }
 
@@ -78,9 +80,13 @@ pub(crate) struct NodeState {
     pub(crate) watermark: i64,
     pub(crate) ended: bool,
     pub(crate) routes: Vec<Vec<Route>>,
-    pub(crate) metrics: Arc<OpMetrics>,
+        pub(crate) metrics: Arc<OpMetrics>,
     /// Reused output buffer.
     pub(crate) emitted: Vec<(usize, Batch)>,
+    /// The newest checkpoint barrier this instance has passed, and the
+    /// newest it has seen on any input.
+    pub(crate) passed: u64,
+    pub(crate) pending: u64,
 }
 
 pub(crate) struct SourceState {
@@ -96,9 +102,11 @@ pub(crate) struct Worker {
     pub(crate) nodes: Vec<NodeState>,
     pub(crate) sources: Vec<SourceState>,
     pub(crate) edges: Vec<Edge>,
-    /// Exchange edges ordered by target node, most downstream first.
+        /// Exchange edges ordered by target node, most downstream first.
     pub(crate) drain_order: Vec<usize>,
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
+    /// The newest checkpoint whose barrier this worker's sources injected.
+    pub(crate) injected: u64,
 }
 
 /// Messages handled per inbox per round, so that sources keep a fair share.
@@ -110,15 +118,31 @@ const BLOCKED_PARK: Duration = Duration::from_micros(200);
 
 impl Worker {
     /// Runs until every operator instance on this worker has ended.
-    pub(crate) fn run(mut self) {
+        pub(crate) fn run(mut self) {
+        self.restore();
         loop {
-            if self.shared.failed.load(Relaxed) {
+            if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
                 return;
             }
             let mut progressed = self.drain_inboxes(0);
             let mut wake_at: Option<Instant> = None;
             let stop = self.shared.stop.load(Relaxed);
+            // A requested checkpoint: barriers go out first, then the
+            // sources wait until every instance has passed it (see
+            // `checkpoint.rs` for why that makes alignment free).
+            let mut paused = false;
+            if let Some(cp) = self.shared.checkpoints.clone() {
+                let requested = cp.requested();
+                if requested > self.injected {
+                    self.inject_barrier(requested);
+                    progressed = true;
+                }
+                paused = cp.aligned() < self.injected;
+            }
             for s in 0..self.sources.len() {
+                if paused {
+                    break;
+                }
                 let node = self.sources[s].node;
                 if self.nodes[node].ended {
                     continue;
@@ -342,9 +366,10 @@ impl Worker {
                     self.shared.threads.get().expect("registered")[sender].unpark();
                 }
                 let (node, port) = (self.edges[edge].node, self.edges[edge].port);
-                match msg.body {
+                                match msg.body {
                     Body::Batch(b) => self.deliver(node, port, b),
                     Body::Watermark(wm) => self.input_watermark(node, port, sender, wm),
+                    Body::Barrier(id) => self.input_barrier(node, port, sender, id),
                     Body::End => self.input_end(node, port, sender),
                 }
             }
@@ -390,13 +415,10 @@ impl Worker {
         if std::mem::replace(&mut self.nodes[node].ports[port].ended[sender], true) {
             return;
         }
-        // An ended input no longer holds the watermark back.
+                // An ended input no longer holds the watermark back, nor a barrier.
         self.input_watermark(node, port, sender, WATERMARK_END);
-        if self.nodes[node]
-            .ports
-            .iter()
-            .all(|p| p.ended.iter().all(|&e| e))
-        {
+        self.try_pass_barrier(node);
+        if self.nodes[node].ports.iter().all(|p| p.ended.iter().all(|&e| e)) {
             self.end_node(node);
         }
     }
@@ -406,12 +428,21 @@ impl Worker {
         if std::mem::replace(&mut self.nodes[node].ended, true) {
             return;
         }
-        if self.nodes[node].op.is_some() {
+                if self.nodes[node].op.is_some() {
             self.call(node, 0, |op, ctx| op.on_end(ctx));
         } else if self.nodes[node].watermark < WATERMARK_END {
             // A source: its final watermark fires everything downstream.
             self.nodes[node].watermark = WATERMARK_END;
             self.propagate_watermark(node, WATERMARK_END);
+        }
+        if let Some(cp) = self.shared.checkpoints.clone() {
+            // What this instance leaves behind, for the checkpoint that
+            // completes the run (and any taken before it).
+            let mut snapshot = self.snapshot_node(node, super::checkpoint::FINAL);
+            if let Some(s) = self.sources.iter().find(|s| s.node == node) {
+                snapshot.position = s.task.position();
+            }
+            cp.submit_end(node, self.id, snapshot);
         }
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_end(to, port, 0),
@@ -419,6 +450,111 @@ impl Worker {
                 me.input_end(to, port, me.id)
             }),
         });
+    }
+
+        /// Installs this worker's share of the state in the checkpoint being
+    /// restored: the bins it owns, the watermarks.
+    fn restore(&mut self) {
+        let (Some(cp), Some(record)) = (self.shared.checkpoints.clone(), self.shared.restored.clone()) else {
+            return;
+        };
+        for node in 0..self.nodes.len() {
+            let Some(op_record) = record.operator(&self.nodes[node].component) else { continue };
+                        self.nodes[node].watermark = op_record.watermark;
+            let Some(op) = self.nodes[node].op.as_mut() else { continue };
+            op.restore_watermark(op_record.watermark);
+            for bin in &op_record.bins {
+                if self.shared.assignment[bin.bin as usize] as usize != self.id {
+                    continue;
+                }
+                let mut entries = Vec::with_capacity(bin.entries as usize);
+                for chunk in cp.store().read_bin(&op_record.id, bin) {
+                    match chunk {
+                        Ok(c) => entries.extend(c.entries),
+                        Err(e) => {
+                            self.shared.fail(format!("cannot restore {}: {e}", self.nodes[node].component));
+                            return;
+                        }
+                    }
+                }
+                                if let Err(e) = op.restore(bin.bin, entries) {
+                    self.shared.fail(format!(
+                        "the state of {} in checkpoint {} does not fit its config ({e}); if you changed its key or aggregates, remove {} to start over",
+                        op_record.id,
+                        record.id,
+                        cp.store().dir().display()
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends barrier `id` from every live source of this worker, with
+    /// the source's position.
+    fn inject_barrier(&mut self, id: u64) {
+        self.injected = id;
+        let cp = self.shared.checkpoints.clone().expect("only with checkpoints");
+        for s in 0..self.sources.len() {
+            let node = self.sources[s].node;
+            if self.nodes[node].ended {
+                continue;
+            }
+            let snapshot = super::checkpoint::Snapshot { position: self.sources[s].task.position(), ..Default::default() };
+            cp.submit(node, self.id, id, snapshot);
+            self.nodes[node].passed = id;
+            self.propagate_barrier(node, id);
+        }
+    }
+
+    fn propagate_barrier(&mut self, node: usize, id: u64) {
+        self.for_each_route(node, |w, route| match route {
+            Route::Local { node: to, port } => w.input_barrier(to, port, 0, id),
+            Route::Exchange { edge } => w.broadcast(node, edge, Body::Barrier(id), |me, to, port| me.input_barrier(to, port, me.id, id)),
+        });
+    }
+
+    fn input_barrier(&mut self, node: usize, port: usize, sender: usize, id: u64) {
+        let state = &mut self.nodes[node];
+        let slot = &mut state.ports[port].barriers[sender];
+        *slot = (*slot).max(id);
+        state.pending = state.pending.max(id);
+        self.try_pass_barrier(node);
+    }
+
+    /// Passes the pending barrier once it has come on every input that has
+    /// not ended: snapshot, then forward it.
+    fn try_pass_barrier(&mut self, node: usize) {
+        let state = &self.nodes[node];
+        let id = state.pending;
+        if state.ended || id <= state.passed {
+            return;
+        }
+        let aligned = state.ports.iter().all(|p| p.barriers.iter().zip(&p.ended).all(|(&b, &e)| b >= id || e));
+        if !aligned {
+            return;
+        }
+        let snapshot = self.snapshot_node(node, id);
+        if let Some(cp) = &self.shared.checkpoints {
+            cp.submit(node, self.id, id, snapshot);
+        }
+        self.nodes[node].passed = id;
+        self.propagate_barrier(node, id);
+    }
+
+    fn snapshot_node(&mut self, node: usize, id: u64) -> super::checkpoint::Snapshot {
+        let state = &mut self.nodes[node];
+        let mut snapshot = match state.op.as_mut() {
+            Some(op) => {
+                let start = Instant::now();
+                let s = op.snapshot(id);
+                OpMetrics::add(&state.metrics.useful_ns, start.elapsed().as_nanos() as u64);
+                s
+            }
+            None => Default::default(),
+        };
+        snapshot.watermark = state.watermark;
+        snapshot
     }
 
     fn for_each_route(&mut self, node: usize, mut f: impl FnMut(&mut Self, Route)) {
@@ -442,7 +578,8 @@ impl Worker {
         for w in 0..self.shared.workers {
             if w != self.id {
                 let b = match &body {
-                    Body::Watermark(x) => Body::Watermark(*x),
+                                        Body::Watermark(x) => Body::Watermark(*x),
+                    Body::Barrier(x) => Body::Barrier(*x),
                     Body::End => Body::End,
                     Body::Batch(_) => unreachable!("only control messages are broadcast"),
                 };

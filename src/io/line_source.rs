@@ -19,9 +19,19 @@ use crate::io::codec::Decoder;
 use crate::io::dead_letter::DeadLetter;
 use crate::plan::LineSourcePlan;
 
+/// Where a file source is: the byte offset and line number after the
+/// last line handed to the pipeline (decoded, dead-lettered or blank).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FilePosition {
+    pub(crate) offset: u64,
+    pub(crate) line: u64,
+}
+
 /// The worker side: batches from the reader thread.
 pub(crate) struct LineSource {
-    rx: flume::Receiver<Batch>,
+    rx: flume::Receiver<(Batch, FilePosition)>,
+    /// After the last batch taken; `None` for stdin, which cannot replay.
+    position: Option<FilePosition>,
 }
 
 impl SourceTask for LineSource {
@@ -30,26 +40,43 @@ impl SourceTask for LineSource {
             return SourcePoll::Ended;
         }
         match self.rx.try_recv() {
-            Ok(b) => SourcePoll::Batch(b),
+            Ok((b, at)) => {
+                if let Some(p) = &mut self.position {
+                    *p = at;
+                }
+                SourcePoll::Batch(b)
+            }
             Err(flume::TryRecvError::Empty) => SourcePoll::Pending(None),
             Err(flume::TryRecvError::Disconnected) => SourcePoll::Ended,
         }
     }
+
+    fn position(&self) -> Vec<(u32, Vec<u8>)> {
+        self.position.map(|p| (0, postcard::to_stdvec(&p).expect("a position encodes"))).into_iter().collect()
+    }
 }
 
-/// The channel from a reader thread to its worker.
-pub(crate) fn line_channel(capacity: usize) -> (flume::Sender<Batch>, LineSource) {
+/// The channel from a reader thread to its worker; `resume` is where a
+/// file source starts (`None`: the beginning, or stdin).
+pub(crate) fn line_channel(capacity: usize, replayable: bool, resume: Option<FilePosition>) -> (flume::Sender<(Batch, FilePosition)>, LineSource) {
     let (tx, rx) = flume::bounded(capacity);
-    (tx, LineSource { rx })
+    (tx, LineSource { rx, position: replayable.then(|| resume.unwrap_or_default()) })
+}
+
+/// Decodes a position saved by [`LineSource::position`].
+pub(crate) fn decode_file_position(bytes: &[u8]) -> Option<FilePosition> {
+    postcard::from_bytes(bytes).ok()
 }
 
 /// Everything the reader thread needs.
 pub(crate) struct LineReaderArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<LineSourcePlan>,
-    pub(crate) input: Box<dyn Read + Send>,
+        pub(crate) input: Box<dyn Read + Send>,
+    /// Where to start in a file (a restored checkpoint's position).
+    pub(crate) resume: Option<FilePosition>,
     pub(crate) batch_size: usize,
-    pub(crate) tx: flume::Sender<Batch>,
+    pub(crate) tx: flume::Sender<(Batch, FilePosition)>,
     pub(crate) worker: Thread,
     pub(crate) dead_letter: Arc<DeadLetter>,
     pub(crate) metrics: Arc<OpMetrics>,
@@ -58,12 +85,24 @@ pub(crate) struct LineReaderArgs {
     pub(crate) fail: Arc<dyn Fn(String) + Send + Sync>,
 }
 
-/// Opens the input of a line source (the file, or stdin).
-pub(crate) fn open_input(plan: &LineSourcePlan) -> std::io::Result<Box<dyn Read + Send>> {
-    match &plan.path {
-        Some(p) => Ok(Box::new(File::open(p)?)),
-        None => Ok(Box::new(std::io::stdin())),
+/// Opens the input of a line source: the file at `resume`, or stdin.
+pub(crate) fn open_input(plan: &LineSourcePlan, resume: Option<FilePosition>) -> std::io::Result<Box<dyn Read + Send>> {
+    let Some(path) = &plan.path else {
+        return Ok(Box::new(std::io::stdin()));
+    };
+    let mut file = File::open(path)?;
+    if let Some(at) = resume {
+        file.seek(SeekFrom::Start(at.offset))?;
     }
+    Ok(Box::new(file))
+}
+
+/// The first line of `path`: a CSV header, when a file is resumed past it.
+fn first_line(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    std::io::BufRead::read_until(&mut std::io::BufReader::new(File::open(path)?), b'\n', &mut line)?;
+    let end = line.strip_suffix(b"\n").unwrap_or(&line);
+    Ok(end.strip_suffix(b"\r").unwrap_or(end).to_vec())
 }
 
 /// Starts the reader thread.
@@ -78,7 +117,7 @@ pub(crate) fn spawn_line_reader(
 
 struct LineReader {
     args: LineReaderArgs,
-    tx: flume::Sender<Batch>,
+    tx: flume::Sender<(Batch, FilePosition)>,
     decoder: Decoder,
     builder: BatchBuilder,
     /// Bytes of an unfinished last line, carried to the next read.
@@ -104,18 +143,24 @@ impl LineReader {
             args.batch_size,
             args.plan.event_time.is_some(),
         );
-        LineReader {
-            args,
-            tx,
-            decoder,
-            builder,
-            pending: Vec::new(),
-            line: 0,
-            offset: 0,
-        }
+                let at = args.resume.unwrap_or_default();
+        LineReader { args, tx, decoder, builder, pending: Vec::new(), line: at.line, offset: at.offset }
     }
 
-    fn run(mut self) {
+    /// A CSV file resumed past its header still needs the header.
+    fn read_header_if_resumed(&mut self) -> Result<(), String> {
+        let (Some(path), true) = (&self.args.plan.path, self.offset > 0 && self.decoder.needs_header()) else {
+            return Ok(());
+        };
+        let line = first_line(path).map_err(|e| format!("cannot read the header of {}: {e}", path.display()))?;
+        self.decoder.header(&line).map_err(|e| format!("{}:1: bad CSV header: {e}", path.display()))
+    }
+
+        fn run(mut self) {
+        if let Err(e) = self.read_header_if_resumed() {
+            (self.args.fail)(format!("sources.{}: {e}", self.args.component));
+            return;
+        }
         let mut input = std::mem::replace(&mut self.args.input, Box::new(std::io::empty()));
         let mut buf = vec![0u8; READ_CHUNK];
         loop {
@@ -233,8 +278,9 @@ impl LineReader {
         if self.builder.is_empty() {
             return true;
         }
-        let batch = self.builder.take();
-        let ok = self.tx.send(batch).is_ok();
+                let batch = self.builder.take();
+        let at = FilePosition { offset: self.offset, line: self.line };
+        let ok = self.tx.send((batch, at)).is_ok();
         self.args.worker.unpark();
         ok
     }

@@ -14,7 +14,7 @@ mod writer;
 
 pub(crate) use generator_source::GeneratorTask;
 pub(crate) use line_source::{
-    LineReaderArgs, LineSource, line_channel, open_input, spawn_line_reader,
+    LineReaderArgs, LineSource, decode_file_position, line_channel, open_input, spawn_line_reader,
 };
 pub(crate) use sinks::{BlackholeSink, Tap, WriterSink};
-pub(crate) use writer::{SinkWriter as SinkWriterHandle, Target, spawn_writer};
+pub(crate) use writer::{ExactlyOnce, SinkWriter as SinkWriterHandle, Target, WriterMsg, spawn_writer};

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::codec::{Encoder, Format};
-use super::writer::SinkWriter;
+use super::writer::{SinkWriter, WriterMsg};
+use crate::exec::checkpoint::{FINAL, Snapshot};
 use crate::data::Batch;
 use crate::exec::clock::now_ns;
 use crate::exec::metrics::Latency;
@@ -32,10 +33,22 @@ impl Operator for WriterSink {
         self.latency.record_batch(batch.ingest_ns(), now_ns());
         let mut bytes = Vec::with_capacity(batch.len() * 64);
         self.encoder.encode(&batch, &mut bytes);
-        let waited = Instant::now();
+                let waited = Instant::now();
         // The writer thread only ends on a write error, which it reports.
-        let _ = self.writer.send(bytes);
+        let _ = self.writer.send(WriterMsg::Data(bytes));
         ctx.blocked_ns += waited.elapsed().as_nanos() as u64;
+    }
+
+    fn on_end(&mut self, _ctx: &mut OpCtx<'_>) {
+        let _ = self.writer.send(WriterMsg::Ended);
+    }
+
+    fn snapshot(&mut self, checkpoint: u64) -> Snapshot {
+        // After `on_end` the writer already knows this instance is done.
+        if checkpoint != FINAL {
+            let _ = self.writer.send(WriterMsg::Seal(checkpoint));
+        }
+        Snapshot::default()
     }
 }
 

@@ -42,11 +42,8 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             continue;
         };
         let index = nodes.len();
-        let mut cx = NodeBuilder {
-            d,
-            c,
-            inputs: &inputs,
-        };
+                let checkpoints_off = config.node.checkpoint_interval_ms.is_none();
+        let mut cx = NodeBuilder { d, c, inputs: &inputs, checkpoints_off };
         let Some((op, outputs, exchanges)) = cx.build() else {
             continue;
         };
@@ -144,6 +141,7 @@ struct NodeBuilder<'a> {
     d: &'a mut Diagnostics,
     c: &'a Component,
     inputs: &'a [StreamInfo],
+    checkpoints_off: bool,
 }
 
 impl NodeBuilder<'_> {
@@ -231,12 +229,18 @@ impl NodeBuilder<'_> {
                 self.sink_inputs(*format)?;
                 Some((OpSpec::Stdout { format: *format }, Vec::new(), forward))
             }
-            Spec::FileSink { path, format } => {
+                        Spec::FileSink { path, format, exactly_once } => {
                 self.sink_inputs(*format)?;
+                if *exactly_once && self.checkpoints_off {
+                    let span = self.c.id.span.clone();
+                    self.error(span, "delivery", "exactly_once needs checkpoints; remove `[checkpoint] enabled = false`");
+                    return None;
+                }
                 Some((
                     OpSpec::FileSink {
                         path: path.value.clone(),
                         format: *format,
+                        exactly_once: *exactly_once,
                     },
                     Vec::new(),
                     forward,
@@ -597,8 +601,10 @@ impl NodeBuilder<'_> {
             left_key: lk.clone(),
             right_key: rk.clone(),
             mode: j.mode,
-            columns,
+                        columns,
             output: output.clone(),
+            left_width: left.schema.len(),
+            right_width: right.schema.len(),
         };
         Some((
             OpSpec::Join(Arc::new(plan)),

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use super::dirty::{BinEntries, DirtyBins};
 use super::timers::KeyTimers;
+use crate::exec::checkpoint::Snapshot;
 use super::window_state::Owned;
 use crate::config::JoinMode;
 use crate::data::{Batch, BatchBuilder, ValueRef};
@@ -25,14 +27,18 @@ use crate::kernel::window::tumbling_start;
 use crate::plan::JoinPlan;
 
 /// A stored input row.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
     ts: i64,
+    /// On the process clock, so it does not survive a restart: restored
+    /// rows count from when they were restored.
+    #[serde(skip, default = "crate::exec::clock::now_ns")]
     ingest_ns: u64,
     values: Box<[Option<Owned>]>,
 }
 
 /// The rows of one key, per side.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 struct Sides {
     rows: [Vec<Row>; 2],
 }
@@ -46,8 +52,10 @@ pub(crate) struct Join {
     by_bin: Vec<KeyMap>,
     /// Tumbling joins: window start → per bin, key → rows.
     by_window: BTreeMap<i64, Vec<KeyMap>>,
-    /// Interval joins: when keys may have rows to drop → (bin, key).
+        /// Interval joins: when keys may have rows to drop → (bin, key).
     expiry: KeyTimers,
+    /// Bins changed since the last checkpoint.
+    dirty: DirtyBins,
     watermark: i64,
     batch_size: usize,
     key_scratch: Vec<u8>,
@@ -64,7 +72,8 @@ impl Join {
             bins,
             by_bin,
             by_window: BTreeMap::new(),
-            expiry: KeyTimers::default(),
+                        expiry: KeyTimers::default(),
+            dirty: DirtyBins::new(bins),
             watermark: i64::MIN,
             batch_size,
             key_scratch: Vec::new(),
@@ -157,8 +166,9 @@ impl Operator for Join {
                         .by_window
                         .entry(start)
                         .or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
-                    let sides = entry(&mut maps[bin], &self.key_scratch);
+                                        let sides = entry(&mut maps[bin], &self.key_scratch);
                     sides.rows[port].push(capture(&batch, row));
+                    self.dirty.mark_bin(bin as u32);
                 }
                 JoinMode::Interval { within_ms } => {
                     if ts < self.watermark {
@@ -177,7 +187,8 @@ impl Operator for Join {
                             Self::emit_pair(&plan, l, r, None, &mut out);
                         }
                     }
-                    sides.rows[port].push(new);
+                                        sides.rows[port].push(new);
+                    self.dirty.mark_bin(bin as u32);
                     let expires = ts.saturating_add(within_ms);
                     self.expiry.schedule(expires, bin as u32, &self.key_scratch);
                     if out.len() >= self.batch_size {
@@ -206,7 +217,10 @@ impl Operator for Join {
                     if end - 1 > watermark {
                         break;
                     }
-                    for map in entry.remove() {
+                                        for (bin, map) in entry.remove().into_iter().enumerate() {
+                        if !map.is_empty() {
+                            self.dirty.mark_bin(bin as u32);
+                        }
                         for sides in map.values() {
                             for l in &sides.rows[0] {
                                 for r in &sides.rows[1] {
@@ -224,10 +238,11 @@ impl Operator for Join {
                 // A row at `ts` can still match rows up to `ts + within`;
                 // once the watermark is past that, no on-time row can.
                 for (bin, key) in self.expiry.pop_until(watermark.saturating_sub(1)) {
-                    let map = &mut self.by_bin[bin as usize];
+                                        let map = &mut self.by_bin[bin as usize];
                     let Some(sides) = map.get_mut(&key) else {
                         continue;
                     };
+                    self.dirty.mark_bin(bin);
                     for rows in &mut sides.rows {
                         rows.retain(|r| r.ts.saturating_add(within_ms) >= watermark);
                     }
@@ -240,6 +255,58 @@ impl Operator for Join {
         if !out.is_empty() {
             ctx.emit(out.take());
         }
+    }
+
+    fn snapshot(&mut self, _checkpoint: u64) -> Snapshot {
+        let dirty = self.dirty.take();
+        if dirty.is_empty() {
+            return Snapshot::default();
+        }
+        let mut out = BinEntries::new(self.bins, dirty);
+        let encode = |sides: &Sides| postcard::to_stdvec(sides).expect("join state encodes");
+        for (bin, map) in self.by_bin.iter().enumerate() {
+            if let Some(slot) = out.slot(bin as u32) {
+                slot.extend(map.iter().map(|(k, sides)| (k.to_vec(), encode(sides))));
+            }
+        }
+        for (start, maps) in &self.by_window {
+            for (bin, map) in maps.iter().enumerate() {
+                if let Some(slot) = out.slot(bin as u32) {
+                    slot.extend(map.iter().map(|(k, sides)| ([&start.to_be_bytes()[..], k].concat(), encode(sides))));
+                }
+            }
+        }
+        out.finish()
+    }
+
+    fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let widths = [self.plan.left_width, self.plan.right_width];
+        for (key, value) in entries {
+            let sides: Sides = postcard::from_bytes(&value).map_err(|e| format!("undecodable join state: {e}"))?;
+            if sides.rows.iter().zip(widths).any(|(rows, w)| rows.iter().any(|r| r.values.len() != w)) {
+                return Err("stored rows have other fields than the join's inputs".into());
+            }
+            match self.plan.mode {
+                JoinMode::Interval { within_ms } => {
+                    for r in sides.rows.iter().flatten() {
+                        self.expiry.schedule(r.ts.saturating_add(within_ms), bin, &key);
+                    }
+                    self.by_bin[bin as usize].insert(key.into_boxed_slice(), sides);
+                }
+                JoinMode::Tumbling { .. } => {
+                    let (start, group) = key.split_at_checked(8).ok_or("a join window key is too short")?;
+                    let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+                    let bins = self.bins as usize;
+                    let maps = self.by_window.entry(start).or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
+                    maps[bin as usize].insert(group.into(), sides);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.watermark = watermark;
     }
 }
 

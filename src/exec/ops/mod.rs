@@ -1,5 +1,6 @@
 //! The transform operators, one file each.
 
+mod dirty;
 mod filter;
 mod join;
 mod map;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
+use super::dirty::{BinEntries, DirtyBins};
 use super::timers::KeyTimers;
+use crate::exec::checkpoint::Snapshot;
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder};
@@ -25,12 +27,15 @@ pub(crate) struct SessionWindow {
     /// When to look at a key again: fire time or purge time → keys.
     /// Entries may be stale (the session moved); they are checked when due.
     timers: KeyTimers,
+    /// Bins changed since the last checkpoint.
+    dirty: DirtyBins,
     watermark: i64,
     last_ingest_ns: u64,
     batch_size: usize,
     key_scratch: Vec<u8>,
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Session {
     span: Span,
     num: Vec<u64>,
@@ -50,7 +55,8 @@ impl SessionWindow {
             bins,
             gap_ms,
             state: (0..bins).map(|_| HashMap::new()).collect(),
-            timers: KeyTimers::default(),
+                        timers: KeyTimers::default(),
+            dirty: DirtyBins::new(bins),
             watermark: i64::MIN,
             last_ingest_ns: 0,
             batch_size,
@@ -165,8 +171,9 @@ impl Operator for SessionWindow {
             } else {
                 fire_at
             };
-            sessions.insert(at, merged);
+                        sessions.insert(at, merged);
             self.timers.schedule(timer, bin, &self.key_scratch);
+            self.dirty.mark_bin(bin);
             self.flush(&mut out, ctx, false);
         }
         self.flush(&mut out, ctx, true);
@@ -182,10 +189,11 @@ impl Operator for SessionWindow {
         self.watermark = watermark;
         let plan = self.plan.clone();
         let mut out = BatchBuilder::new(plan.output.clone(), self.batch_size, true);
-        for (bin, key) in self.timers.pop_until(watermark) {
+                for (bin, key) in self.timers.pop_until(watermark) {
             let Some(sessions) = self.state[bin as usize].get_mut(&key) else {
                 continue;
             };
+            self.dirty.mark_bin(bin);
             let mut retry = Vec::new();
             for s in sessions.iter_mut() {
                 if !s.fired && s.span.max_timestamp() <= watermark {
@@ -218,5 +226,41 @@ impl Operator for SessionWindow {
         if !out.is_empty() {
             ctx.emit(out.take());
         }
+    }
+
+    fn snapshot(&mut self, _checkpoint: u64) -> Snapshot {
+        let dirty = self.dirty.take();
+        if dirty.is_empty() {
+            return Snapshot::default();
+        }
+        let mut out = BinEntries::new(self.bins, dirty);
+        for (bin, keys) in self.state.iter().enumerate() {
+            let Some(slot) = out.slot(bin as u32) else { continue };
+            for (key, sessions) in keys {
+                slot.push((key.to_vec(), postcard::to_stdvec(sessions).expect("sessions encode")));
+            }
+        }
+        out.finish()
+    }
+
+    fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let lateness = self.plan.allowed_lateness_ms;
+        for (key, value) in entries {
+            let sessions: Vec<Session> = postcard::from_bytes(&value).map_err(|e| format!("undecodable session state: {e}"))?;
+            if sessions.iter().any(|s| s.num.len() != self.aggs.num_len() || s.other.len() != self.aggs.other_len()) {
+                return Err("the sessions hold other aggregates than the window computes".into());
+            }
+            for s in &sessions {
+                // The timer that would have been pending: fire, or purge.
+                let at = if s.fired { s.span.max_timestamp().saturating_add(lateness) } else { s.span.max_timestamp() };
+                self.timers.schedule(at, bin, &key);
+            }
+            self.state[bin as usize].insert(key.into_boxed_slice(), sessions);
+        }
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.watermark = watermark;
     }
 }

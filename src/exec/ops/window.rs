@@ -17,7 +17,10 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use super::dirty::{BinEntries, DirtyBins};
 use super::window_state::{AccState, Aggregates, Inputs};
+use crate::exec::checkpoint::Snapshot;
+use crate::kernel::hash::bin_of;
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, GroupKey};
 use crate::exec::operator::{OpCtx, Operator};
@@ -40,8 +43,19 @@ pub(crate) struct Window<K: GroupKey> {
     batch_size: usize,
     key_scratch: Vec<u8>,
     late_rows: Vec<u32>,
-    /// Already-fired windows updated by late records: (start, hash, index).
+        /// Already-fired windows updated by late records: (start, hash, index).
     refire: Vec<(i64, u64, u32)>,
+    /// Bins changed since the last checkpoint.
+    dirty: DirtyBins,
+}
+
+/// One key of one window as a checkpoint stores it (the key itself is
+/// `window start (BE) | encoded key`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredEntry {
+    fired: bool,
+    num: Vec<u64>,
+    other: Vec<AccState>,
 }
 
 /// One open window.
@@ -125,6 +139,19 @@ impl<K: GroupKey> Pane<K> {
         entry.index
     }
 
+    /// Adds a key with the given accumulators (restored from a checkpoint).
+    fn insert(&mut self, hash: u64, key: K, num: &[u64], other: Vec<AccState>) {
+        let index = self.table.len() as u32;
+        let mut entry = Entry { hash, key, index, num: [0; INLINE_WORDS] };
+        if num.len() > INLINE_WORDS {
+            self.spill.extend_from_slice(num);
+        } else {
+            entry.num[..num.len()].copy_from_slice(num);
+        }
+        self.other.extend(other);
+        self.table.insert_unique(hash, entry, |e| e.hash);
+    }
+
     fn num<'a>(&'a self, entry: &'a Entry<K>, words: usize) -> &'a [u64] {
         let i = entry.index as usize;
         if words > INLINE_WORDS {
@@ -182,7 +209,7 @@ impl Output<'_, '_> {
 }
 
 impl<K: GroupKey> Window<K> {
-    pub(crate) fn new(plan: Arc<WindowPlan>, batch_size: usize) -> Window<K> {
+        pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
         let (size_ms, slide_ms) = match plan.kind {
             WindowKind::Tumbling { size_ms } => (size_ms, size_ms),
             WindowKind::Hopping { size_ms, slide_ms } => (size_ms, slide_ms),
@@ -199,8 +226,9 @@ impl<K: GroupKey> Window<K> {
             last_ingest_ns: 0,
             batch_size,
             key_scratch: Vec::new(),
-            late_rows: Vec::new(),
+                        late_rows: Vec::new(),
             refire: Vec::new(),
+            dirty: DirtyBins::new(bins),
         }
     }
 
@@ -236,12 +264,7 @@ impl<K: GroupKey> Operator for Window<K> {
         let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
-        let (windows, aggs, scratch, refire) = (
-            &mut self.windows,
-            &self.aggs,
-            &mut self.key_scratch,
-            &mut self.refire,
-        );
+                let (windows, aggs, scratch, refire, dirty) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire, &mut self.dirty);
         let expected = self.expected_keys;
         let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
@@ -270,7 +293,8 @@ impl<K: GroupKey> Operator for Window<K> {
                         ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                                        let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    dirty.mark(hash);
                     if panes.fired {
                         refire.push((start, hash, e));
                     }
@@ -285,7 +309,8 @@ impl<K: GroupKey> Operator for Window<K> {
                     let panes = windows
                         .entry(w.start)
                         .or_insert_with(|| Panes::new(w.end, expected));
-                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                                        let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    dirty.mark(hash);
                     if panes.fired {
                         refire.push((w.start, hash, e));
                     }
@@ -340,11 +365,63 @@ impl<K: GroupKey> Operator for Window<K> {
         out.done();
         let lateness = plan.allowed_lateness_ms;
         while let Some(entry) = self.windows.first_entry() {
-            if !Self::expired(entry.get().end, lateness, watermark) {
+                        if !Self::expired(entry.get().end, lateness, watermark) {
                 break;
+            }
+            // Its keys leave the state: their bins change.
+            for e in entry.get().pane.table.iter() {
+                self.dirty.mark(e.hash);
             }
             entry.remove();
         }
+    }
+
+    fn snapshot(&mut self, _checkpoint: u64) -> Snapshot {
+        let dirty = self.dirty.take();
+        if dirty.is_empty() {
+            return Snapshot::default();
+        }
+        let mut out = BinEntries::new(self.dirty.bins(), dirty);
+        let words = self.aggs.num_len();
+        let o = self.aggs.other_len();
+        for (&start, panes) in &self.windows {
+            for entry in panes.pane.table.iter() {
+                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else { continue };
+                let mut key = start.to_be_bytes().to_vec();
+                entry.key.encode(&self.plan.key, &mut key);
+                let i = entry.index as usize;
+                let stored = StoredEntry {
+                    fired: panes.fired,
+                    num: panes.pane.num(entry, words)[..words].to_vec(),
+                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
+                };
+                slot.push((key, postcard::to_stdvec(&stored).expect("window state encodes")));
+            }
+        }
+        out.finish()
+    }
+
+    fn restore(&mut self, _bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        for (key, value) in entries {
+            let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
+            let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+            let stored: StoredEntry = postcard::from_bytes(&value).map_err(|e| format!("undecodable window state: {e}"))?;
+            if stored.num.len() != words || stored.other.len() != o {
+                return Err(format!("a key holds {} + {} accumulators, the window computes {} + {}", stored.num.len(), stored.other.len(), words, o));
+            }
+            let end = start + self.size_ms;
+            let panes = self.windows.entry(start).or_insert_with(|| Panes::new(end, 0));
+            panes.fired = stored.fired;
+            let hash = self.plan.key.hash_encoded(group);
+            panes.pane.insert(hash, K::from_encoded(&self.plan.key, group), &stored.num, stored.other);
+            self.expected_keys = self.expected_keys.max(panes.pane.table.len());
+        }
+        Ok(())
+    }
+
+    fn restore_watermark(&mut self, watermark: i64) {
+        self.watermark = watermark;
     }
 }
 

@@ -13,7 +13,7 @@ use crate::kernel::agg::{AggValue, NumAgg, NumLayout};
 use crate::plan::expr::{AggCall, AggFunc};
 
 /// A value owned by an accumulator (`first`, `last`) or a stored row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) enum Owned {
     Bool(bool),
     Int(i64),
@@ -55,7 +55,7 @@ fn value_cmp(a: ValueRef<'_>, b: ValueRef<'_>) -> std::cmp::Ordering {
 }
 
 /// A running aggregate that owns values.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) enum AccState {
     MinStr(Option<Box<str>>),
     MaxStr(Option<Box<str>>),

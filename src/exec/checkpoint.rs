@@ -1,0 +1,289 @@
+//! Checkpoints: requesting barriers, collecting what every operator
+//! instance snapshots when the barrier reaches it, and committing it all to
+//! the store in one step.
+//!
+//! Alignment needs no buffering: a worker injects barrier N at its sources
+//! and then produces nothing until every instance has passed N
+//! ([`Checkpoints::aligned`]). So no record produced after a barrier
+//! exists anywhere while an operator still waits for barriers, and the
+//! per-sender FIFO channels deliver every record produced before it
+//! first. Sources pause only for the time in-flight batches take to drain.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::state::{BinWrite, CheckpointRecord, OperatorRecord, Store, StoreError};
+
+/// The barrier id of the checkpoint taken when a run completes.
+pub(crate) const FINAL: u64 = u64::MAX;
+
+/// What one operator instance contributes to a checkpoint.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    /// Full state of every bin changed since the last snapshot.
+    pub(crate) bins: Vec<(u32, Vec<(Vec<u8>, Vec<u8>)>)>,
+    /// Bins that became empty since the last snapshot.
+    pub(crate) emptied: Vec<u32>,
+    /// Sources: their position, as `(split, position)` pairs.
+    pub(crate) position: Vec<(u32, Vec<u8>)>,
+    pub(crate) watermark: i64,
+}
+
+/// Told the id of every committed checkpoint.
+pub(crate) type CommitListener = Box<dyn Fn(u64) + Send + Sync>;
+
+/// One node of the plan as the collector sees it.
+pub(crate) struct NodeInfo {
+    pub(crate) id: String,
+    pub(crate) stateful: bool,
+    pub(crate) source: bool,
+    /// An exactly-once sink, which hands over a piece per checkpoint.
+    pub(crate) exact_sink: bool,
+}
+
+#[derive(Default)]
+struct Collector {
+    /// Per instance (`node * workers + worker`): the newest checkpoint it
+    /// has passed; `FINAL` once it has ended.
+    passed: Vec<u64>,
+    /// Snapshots waiting to be committed, per checkpoint id.
+    snapshots: BTreeMap<u64, Vec<(usize, Snapshot)>>,
+    /// Final snapshots of instances that ended, not yet committed.
+    finals: Vec<(usize, Snapshot)>,
+        /// Exactly-once sink pieces per checkpoint id, per node.
+    pieces: BTreeMap<u64, BTreeMap<usize, Vec<u8>>>,
+    /// Exactly-once sinks whose instances all ended: they have handed over
+    /// everything (their FINAL piece, perhaps committed already).
+    finished: std::collections::BTreeSet<usize>,
+    /// The newest position each source instance reported (an ended
+    /// source's final position stays here).
+    positions: BTreeMap<usize, Vec<(u32, Vec<u8>)>>,
+    /// The newest watermark of each stateful instance.
+    watermarks: BTreeMap<usize, i64>,
+    /// Checkpoint ids committed, and the last commit's error.
+    committed: u64,
+    error: Option<String>,
+}
+
+pub(crate) struct Checkpoints {
+    store: std::sync::Arc<Store>,
+    nodes: Vec<NodeInfo>,
+    workers: usize,
+    bins: u32,
+    requested: AtomicU64,
+    aligned: AtomicU64,
+    collector: Mutex<Collector>,
+    changed: Condvar,
+    /// Exactly-once sink writers, told when a checkpoint is committed.
+        commits: Mutex<BTreeMap<usize, CommitListener>>,
+}
+
+/// The outcome of one commit, for logs and benchmarks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Committed {
+    pub(crate) id: u64,
+    pub(crate) bins: usize,
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+    pub(crate) duration: Duration,
+}
+
+impl Checkpoints {
+    pub(crate) fn new(store: std::sync::Arc<Store>, nodes: Vec<NodeInfo>, workers: usize, bins: u32, last_id: u64) -> Checkpoints {
+        let instances = nodes.len() * workers;
+        Checkpoints {
+            store,
+            nodes,
+            workers,
+            bins,
+            requested: AtomicU64::new(last_id),
+            aligned: AtomicU64::new(last_id),
+            collector: Mutex::new(Collector { passed: vec![last_id; instances], committed: last_id, ..Default::default() }),
+            changed: Condvar::new(),
+            commits: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The newest checkpoint whose barriers sources should inject.
+    #[inline]
+    pub(crate) fn requested(&self) -> u64 {
+        self.requested.load(SeqCst)
+    }
+
+    /// The newest checkpoint every instance has passed; a worker that
+    /// injected a newer barrier waits for this to catch up.
+    #[inline]
+    pub(crate) fn aligned(&self) -> u64 {
+        self.aligned.load(SeqCst)
+    }
+
+        /// Registers how an exactly-once sink's writer hears of commits.
+    pub(crate) fn register_sink(&self, node: usize, commits: CommitListener) {
+        self.commits.lock().unwrap_or_else(|e| e.into_inner()).insert(node, commits);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Collector> {
+        self.collector.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An instance passed barrier `id` with this snapshot.
+    pub(crate) fn submit(&self, node: usize, worker: usize, id: u64, snapshot: Snapshot) {
+        let mut c = self.lock();
+        let i = node * self.workers + worker;
+        self.remember(&mut c, i, &snapshot);
+        c.passed[i] = c.passed[i].max(id);
+        c.snapshots.entry(id).or_default().push((i, snapshot));
+        self.update_aligned(&c);
+        self.changed.notify_all();
+    }
+
+    /// An instance ended; this is its final state.
+    pub(crate) fn submit_end(&self, node: usize, worker: usize, snapshot: Snapshot) {
+        let mut c = self.lock();
+        let i = node * self.workers + worker;
+        self.remember(&mut c, i, &snapshot);
+        c.passed[i] = FINAL;
+        c.finals.push((i, snapshot));
+        self.update_aligned(&c);
+        self.changed.notify_all();
+    }
+
+    fn remember(&self, c: &mut Collector, i: usize, snapshot: &Snapshot) {
+        let node = &self.nodes[i / self.workers];
+        if node.source {
+            c.positions.insert(i, snapshot.position.clone());
+        }
+        if node.stateful {
+            c.watermarks.insert(i, snapshot.watermark);
+        }
+    }
+
+    /// An exactly-once sink's writer sealed checkpoint `id`: `piece` is
+    /// its pending commit.
+    pub(crate) fn submit_piece(&self, node: usize, id: u64, piece: Vec<u8>) {
+                let mut c = self.lock();
+        if id == FINAL {
+            c.finished.insert(node);
+        }
+        c.pieces.entry(id).or_default().insert(node, piece);
+        self.changed.notify_all();
+    }
+
+    fn update_aligned(&self, c: &Collector) {
+        let min = c.passed.iter().copied().min().unwrap_or(FINAL);
+        let requested = self.requested();
+        let aligned = min.min(requested);
+        if aligned > self.aligned.load(SeqCst) {
+            self.aligned.store(aligned, SeqCst);
+        }
+    }
+
+    /// Asks for checkpoint `id` (the next one); returns false if the
+    /// previous one is still in progress.
+    pub(crate) fn request(&self, id: u64) -> bool {
+        if self.requested() != self.aligned() {
+            return false;
+        }
+        self.requested.store(id, SeqCst);
+        true
+    }
+
+    /// Waits until every instance passed `id` and every exactly-once sink
+    /// delivered its piece; then commits it. `completed` marks the final
+    /// checkpoint of a run that ran to its end.
+        ///
+    /// Returns `Ok(None)` if `alive` turns false before it can commit.
+    pub(crate) fn commit(&self, id: u64, completed: bool, alive: &dyn Fn() -> bool) -> Result<Option<Committed>, String> {
+        let exact: Vec<usize> = (0..self.nodes.len()).filter(|&n| self.nodes[n].exact_sink).collect();
+        let mut c = self.lock();
+        loop {
+            let passed = if completed { c.passed.iter().all(|&p| p == FINAL) } else { c.passed.iter().all(|&p| p >= id) };
+            // A sink whose instances all ended has handed over everything
+            // as its FINAL piece, which then serves any later checkpoint.
+                        let pieces = exact.iter().all(|n| c.finished.contains(n) || c.pieces.get(&id).is_some_and(|p| p.contains_key(n)));
+            if passed && pieces {
+                break;
+            }
+            if !alive() {
+                return Ok(None);
+            }
+            c = self.changed.wait_timeout(c, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        // Everything up to `id` goes in: an instance's newer snapshot of a
+        // bin supersedes an older one.
+        let ids: Vec<u64> = c.snapshots.range(..=id).map(|(k, _)| *k).collect();
+        let mut writes: BTreeMap<(usize, u32), Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        let mut emptied: BTreeMap<(usize, u32), ()> = BTreeMap::new();
+        let mut take = |i: usize, s: Snapshot| {
+            let node = i / self.workers;
+            for (bin, entries) in s.bins {
+                emptied.remove(&(node, bin));
+                writes.insert((node, bin), entries);
+            }
+            for bin in s.emptied {
+                writes.remove(&(node, bin));
+                emptied.insert((node, bin), ());
+            }
+        };
+        for k in ids {
+            for (i, s) in c.snapshots.remove(&k).unwrap_or_default() {
+                take(i, s);
+            }
+        }
+        for (i, s) in std::mem::take(&mut c.finals) {
+            take(i, s);
+        }
+                let mut pieces = c.pieces.remove(&id).unwrap_or_default();
+        for n in &exact {
+            if !pieces.contains_key(n)
+                && let Some(p) = c.pieces.get_mut(&FINAL).and_then(|f| f.remove(n))
+            {
+                pieces.insert(*n, p);
+            }
+        }
+        let record = CheckpointRecord {
+            id,
+            time_ms: crate::state::now_ms(),
+            bins: self.bins,
+            completed,
+            operators: (0..self.nodes.len())
+                .filter(|&n| self.nodes[n].stateful)
+                .map(|n| OperatorRecord {
+                    id: self.nodes[n].id.clone(),
+                    watermark: (0..self.workers).filter_map(|w| c.watermarks.get(&(n * self.workers + w)).copied()).min().unwrap_or(i64::MIN),
+                    bins: Vec::new(),
+                })
+                .collect(),
+            sources: (0..self.nodes.len())
+                .filter(|&n| self.nodes[n].source)
+                .map(|n| {
+                    let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers).flat_map(|w| c.positions.get(&(n * self.workers + w)).cloned().unwrap_or_default()).collect();
+                    all.sort();
+                    (self.nodes[n].id.clone(), postcard::to_stdvec(&all).expect("positions encode"))
+                })
+                .collect(),
+            sinks: pieces.into_iter().map(|(n, p)| (self.nodes[n].id.clone(), p)).collect(),
+        };
+        drop(c);
+        let writes: Vec<BinWrite> = writes.into_iter().map(|((n, bin), entries)| BinWrite { op: self.nodes[n].id.clone(), bin, entries }).collect();
+        let emptied: Vec<(String, u32)> = emptied.into_keys().map(|(n, bin)| (self.nodes[n].id.clone(), bin)).collect();
+                let commit_started = Instant::now();
+        let (_, stats) = self.store.commit(record, writes, &emptied).map_err(|StoreError(e)| e)?;
+        self.lock().committed = id;
+                for listener in self.commits.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            listener(id);
+        }
+        Ok(Some(Committed { id, bins: stats.bins, entries: stats.entries, bytes: stats.bytes, duration: commit_started.elapsed() }))
+    }
+}
+
+/// Decodes a source position from a checkpoint record.
+pub(crate) fn decode_positions(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    postcard::from_bytes(bytes).unwrap_or_default()
+}

@@ -1,0 +1,98 @@
+//! Which bins changed since the last checkpoint: a bitset over bins.
+
+use crate::kernel::hash::bin_of;
+
+pub(super) struct DirtyBins {
+    bins: u32,
+    words: Vec<u64>,
+    any: bool,
+}
+
+impl DirtyBins {
+    pub(super) fn new(bins: u32) -> DirtyBins {
+        DirtyBins { bins, words: vec![0; (bins as usize).div_ceil(64)], any: false }
+    }
+
+    pub(super) fn bins(&self) -> u32 {
+        self.bins
+    }
+
+    /// Marks the bin of a key hash.
+    #[inline]
+    pub(super) fn mark(&mut self, hash: u64) {
+        self.mark_bin(bin_of(hash, self.bins));
+    }
+
+    #[inline]
+    pub(super) fn mark_bin(&mut self, bin: u32) {
+        self.words[bin as usize / 64] |= 1 << (bin % 64);
+        self.any = true;
+    }
+
+    /// The marked bins, in order; clears the marks.
+    pub(super) fn take(&mut self) -> Vec<u32> {
+        if !std::mem::take(&mut self.any) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (w, word) in self.words.iter_mut().enumerate() {
+            let mut bits = std::mem::take(word);
+            while bits != 0 {
+                out.push(w as u32 * 64 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+        out
+    }
+}
+
+/// Groups a snapshot's entries by dirty bin: `slot(bin)` is where a bin's
+/// entries go (`None` for clean bins); `finish` splits written from
+/// emptied bins.
+pub(super) struct BinEntries {
+    slots: Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>>,
+    dirty: Vec<u32>,
+}
+
+impl BinEntries {
+    pub(super) fn new(bins: u32, dirty: Vec<u32>) -> BinEntries {
+        let mut slots: Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>> = (0..bins).map(|_| None).collect();
+        for &b in &dirty {
+            slots[b as usize] = Some(Vec::new());
+        }
+        BinEntries { slots, dirty }
+    }
+
+    #[inline]
+    pub(super) fn slot(&mut self, bin: u32) -> Option<&mut Vec<(Vec<u8>, Vec<u8>)>> {
+        self.slots[bin as usize].as_mut()
+    }
+
+    /// `(written bins with their entries, emptied bins)`.
+    pub(super) fn finish(mut self) -> crate::exec::checkpoint::Snapshot {
+        let mut snapshot = crate::exec::checkpoint::Snapshot::default();
+        for b in self.dirty {
+            match self.slots[b as usize].take() {
+                Some(e) if !e.is_empty() => snapshot.bins.push((b, e)),
+                _ => snapshot.emptied.push(b),
+            }
+        }
+        snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_come_back_in_order_once() {
+        let mut d = DirtyBins::new(256);
+        assert!(d.take().is_empty());
+        for b in [200, 3, 64, 3, 255] {
+            d.mark_bin(b);
+        }
+        assert_eq!(d.take(), vec![3, 64, 200, 255]);
+        assert!(d.take().is_empty());
+    }
+}

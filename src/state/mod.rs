@@ -1,0 +1,23 @@
+//! Durable keyed state on sled: bins, checkpoints, restore.
+//!
+//! Layout: one sled tree per stateful operator, named by its component id.
+//! A bin's state is a sequence of checksummed chunks keyed
+//! `bin (u32 BE) | version (u64 BE) | chunk (u32 BE)`, so a bin is one
+//! contiguous key range and a version is the id of the checkpoint that
+//! wrote it. A checkpoint record (tree `checkpoints`) lists, for every
+//! operator, the version of each bin, plus source positions, sink commits
+//! and watermarks.
+//!
+//! A checkpoint becomes visible atomically: its chunks are written and
+//! flushed first (unreferenced until then), then its record, which is one
+//! insert. The two newest checkpoints are kept, so a record or chunk that
+//! fails its checksum falls back to the one before.
+
+mod chunk;
+mod lock;
+mod record;
+mod store;
+
+pub(crate) use chunk::{Chunk, decode_chunk};
+pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
+pub(crate) use store::{BinWrite, Restored, Store, StoreError, now_ms};

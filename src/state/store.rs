@@ -1,0 +1,477 @@
+//! The sled store: committing checkpoints, finding the newest good one,
+//! reading and writing bins, garbage-collecting old versions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::chunk::{Chunk, decode_chunk, seal, verify};
+use super::lock::DataDirLock;
+use super::record::{BinRecord, CheckpointRecord, OperatorRecord};
+
+/// A store failure, with the data dir and what was being done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoreError(pub(crate) String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One bin's complete state, written by a checkpoint.
+pub(crate) struct BinWrite {
+    pub(crate) op: String,
+    pub(crate) bin: u32,
+    pub(crate) entries: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The checkpoint to restore from, and what was wrong with newer ones.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub(crate) record: Option<CheckpointRecord>,
+    pub(crate) warnings: Vec<String>,
+}
+
+/// What a commit wrote.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CommitStats {
+    pub(crate) bins: usize,
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+}
+
+/// Checkpoints kept; older ones are collected after each commit.
+const RETAINED: usize = 2;
+/// Most bytes of entries in one chunk: what bounds memory when a bin is
+/// exported or restored chunk by chunk.
+pub(crate) const CHUNK_BYTES: usize = 256 * 1024;
+
+pub(crate) struct Store {
+    db: sled::Db,
+    checkpoints: sled::Tree,
+    dir: PathBuf,
+    /// The newest committed record, the base of the next one.
+    latest: Mutex<Option<CheckpointRecord>>,
+    chunk_bytes: usize,
+    _lock: DataDirLock,
+}
+
+fn chunk_key(bin: u32, version: u64, chunk: u32) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..4].copy_from_slice(&bin.to_be_bytes());
+    k[4..12].copy_from_slice(&version.to_be_bytes());
+    k[12..].copy_from_slice(&chunk.to_be_bytes());
+    k
+}
+
+fn parse_chunk_key(k: &[u8]) -> Option<(u32, u64, u32)> {
+    if k.len() != 16 {
+        return None;
+    }
+    Some((
+        u32::from_be_bytes(k[..4].try_into().ok()?),
+        u64::from_be_bytes(k[4..12].try_into().ok()?),
+        u32::from_be_bytes(k[12..].try_into().ok()?),
+    ))
+}
+
+fn tree_name(op: &str) -> String {
+    format!("op:{op}")
+}
+
+impl Store {
+    /// Opens the store in `DATA_DIR/state`, locking the data dir. Leftovers
+    /// of a checkpoint that did not complete are removed.
+    pub(crate) fn open(data_dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
+        let lock = DataDirLock::acquire(data_dir).map_err(StoreError)?;
+        let dir = data_dir.join("state");
+        let err = |what: &str, e: sled::Error| StoreError(format!("state in {}: {what}: {e}", dir.display()));
+        let db = sled::Config::new().path(&dir).cache_capacity(cache_bytes.max(1 << 20)).open().map_err(|e| err("cannot open", e))?;
+        let checkpoints = db.open_tree("checkpoints").map_err(|e| err("cannot open the checkpoint list", e))?;
+        let store = Store { db, checkpoints, dir, latest: Mutex::new(None), chunk_bytes: CHUNK_BYTES, _lock: lock };
+        Ok(store)
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn err(&self, what: impl std::fmt::Display, e: impl std::fmt::Display) -> StoreError {
+        StoreError(format!("state in {}: {what}: {e}", self.dir.display()))
+    }
+
+    fn tree(&self, op: &str) -> Result<sled::Tree, StoreError> {
+        self.db.open_tree(tree_name(op)).map_err(|e| self.err(format!("operator {op}: cannot open its tree"), e))
+    }
+
+    /// Every checkpoint record, newest first, each decoded or with why not.
+    pub(crate) fn records(&self) -> Vec<(u64, Result<CheckpointRecord, String>, usize)> {
+        let mut out = Vec::new();
+        for item in self.checkpoints.iter().rev() {
+            let Ok((k, v)) = item else { continue };
+            let id = k.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            let decoded = verify(&v).and_then(|p| postcard::from_bytes::<CheckpointRecord>(p).map_err(|e| format!("undecodable: {e}")));
+            out.push((id, decoded, v.len()));
+        }
+        out
+    }
+
+    /// The newest checkpoint whose record and chunks all verify (`None`
+    /// when there is none). A bad one is reported in `warnings` and the one
+    /// before it is tried.
+    pub(crate) fn restore_point(&self) -> Result<Restored, StoreError> {
+        let mut warnings = Vec::new();
+        for (id, record, _) in self.records() {
+            let checked = record.and_then(|r| self.verify_chunks(&r).map(|()| r));
+            match checked {
+                Ok(record) => {
+                    *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
+                    self.collect_garbage()?;
+                    return Ok(Restored { record: Some(record), warnings });
+                }
+                Err(e) => warnings.push(format!("checkpoint {id} in {} is damaged ({e}); trying the one before it", self.dir.display())),
+            }
+        }
+        self.collect_garbage()?;
+        Ok(Restored { record: None, warnings })
+    }
+
+    /// Forgets every checkpoint and all state: the next run starts over.
+    pub(crate) fn reset(&self) -> Result<(), StoreError> {
+        for name in self.db.tree_names() {
+            if name.starts_with(b"op:") {
+                self.db.drop_tree(&name).map_err(|e| self.err("cannot drop old state", e))?;
+            }
+        }
+        self.checkpoints.clear().map_err(|e| self.err("cannot drop old checkpoints", e))?;
+        self.db.flush().map_err(|e| self.err("cannot flush", e))?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
+    }
+
+    fn verify_chunks(&self, record: &CheckpointRecord) -> Result<(), String> {
+        for op in &record.operators {
+            let tree = self.tree(&op.id).map_err(|e| e.0)?;
+            for b in &op.bins {
+                for c in 0..b.chunks {
+                    match tree.get(chunk_key(b.bin, b.version, c)) {
+                        Ok(Some(v)) => verify(&v).map(|_| ()).map_err(|e| format!("operator {} bin {} chunk {c}: {e}", op.id, b.bin))?,
+                        Ok(None) => return Err(format!("operator {} bin {} chunk {c} is missing", op.id, b.bin)),
+                        Err(e) => return Err(format!("operator {} bin {}: {e}", op.id, b.bin)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest committed checkpoint.
+    pub(crate) fn latest(&self) -> Option<CheckpointRecord> {
+        self.latest.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The raw chunks of one bin as recorded, one at a time (for export:
+    /// memory is bounded by one chunk).
+    pub(crate) fn raw_chunks<'a>(&'a self, op: &str, bin: &BinRecord) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + 'a {
+        let tree = self.tree(op);
+        let (bin, op) = (*bin, op.to_string());
+        (0..bin.chunks).map(move |c| {
+            let tree = tree.as_ref().map_err(|e| e.clone())?;
+            match tree.get(chunk_key(bin.bin, bin.version, c)) {
+                Ok(Some(v)) => Ok(v.to_vec()),
+                Ok(None) => Err(self.err(format!("operator {op} bin {} chunk {c}", bin.bin), "missing")),
+                Err(e) => Err(self.err(format!("operator {op} bin {}", bin.bin), e)),
+            }
+        })
+    }
+
+    /// One bin's state as recorded, chunk by chunk.
+    pub(crate) fn read_bin<'a>(&'a self, op: &'a str, bin: &BinRecord) -> impl Iterator<Item = Result<Chunk, StoreError>> + 'a {
+        let b = bin.bin;
+        self.raw_chunks(op, bin).map(move |raw| raw.and_then(|bytes| decode_chunk(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))))
+    }
+
+    /// Commits checkpoint `id`: the bins in `writes` get their new state,
+    /// the bins in `emptied` are dropped, every other bin keeps the
+    /// version it had. Atomic: the chunks are flushed before the record
+    /// that makes them part of a checkpoint.
+    pub(crate) fn commit(&self, mut record: CheckpointRecord, writes: Vec<BinWrite>, emptied: &[(String, u32)]) -> Result<(CheckpointRecord, CommitStats), StoreError> {
+        let previous = self.latest();
+        // Carry over the bins nobody wrote.
+        let mut ops: BTreeMap<String, BTreeMap<u32, BinRecord>> = BTreeMap::new();
+        if let Some(prev) = &previous {
+            for op in &prev.operators {
+                ops.insert(op.id.clone(), op.bins.iter().map(|b| (b.bin, *b)).collect());
+            }
+        }
+        for op in &record.operators {
+            ops.entry(op.id.clone()).or_default();
+        }
+        for (op, bin) in emptied {
+            ops.entry(op.clone()).or_default().remove(bin);
+        }
+        let mut stats = CommitStats::default();
+        let mut batches: BTreeMap<String, sled::Batch> = BTreeMap::new();
+        for w in writes {
+            let batch = batches.entry(w.op.clone()).or_default();
+            let mut bin = BinRecord { bin: w.bin, version: record.id, ..Default::default() };
+            let mut chunk = Chunk::default();
+            let mut size = 0;
+            let mut flush = |chunk: &mut Chunk, bin: &mut BinRecord| {
+                let bytes = chunk.encode();
+                bin.bytes += bytes.len() as u64;
+                batch.insert(&chunk_key(bin.bin, bin.version, bin.chunks), bytes);
+                bin.chunks += 1;
+                chunk.entries.clear();
+            };
+            for (k, v) in w.entries {
+                size += Chunk::entry_size(&k, &v);
+                bin.entries += 1;
+                chunk.entries.push((k, v));
+                if size >= self.chunk_bytes {
+                    flush(&mut chunk, &mut bin);
+                    size = 0;
+                }
+            }
+            if !chunk.entries.is_empty() {
+                flush(&mut chunk, &mut bin);
+            }
+            stats.bins += 1;
+            stats.entries += bin.entries;
+            stats.bytes += bin.bytes;
+            let bins = ops.entry(w.op).or_default();
+            if bin.entries == 0 {
+                bins.remove(&bin.bin);
+            } else {
+                bins.insert(bin.bin, bin);
+            }
+        }
+        for (op, batch) in batches {
+            self.tree(&op)?.apply_batch(batch).map_err(|e| self.err(format!("operator {op}: cannot write its state"), e))?;
+        }
+        self.db.flush().map_err(|e| self.err("cannot flush the checkpoint's state", e))?;
+        let watermarks: BTreeMap<String, i64> = record.operators.iter().map(|o| (o.id.clone(), o.watermark)).collect();
+        record.operators = ops
+            .into_iter()
+            .map(|(id, bins)| OperatorRecord { watermark: watermarks.get(&id).copied().unwrap_or(i64::MIN), id, bins: bins.into_values().collect() })
+            .collect();
+        let bytes = seal(postcard::to_stdvec(&record).map_err(|e| self.err("cannot encode the checkpoint record", e))?);
+        self.checkpoints.insert(record.id.to_be_bytes(), bytes).map_err(|e| self.err(format!("cannot write checkpoint {}", record.id), e))?;
+        self.db.flush().map_err(|e| self.err(format!("cannot flush checkpoint {}", record.id), e))?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
+        self.collect_garbage()?;
+        Ok((record, stats))
+    }
+
+    /// Installs a bin's state from exported chunks as a new checkpoint
+    /// (the newest one with that bin replaced). Chunks are verified and
+    /// written one at a time.
+    pub(crate) fn import_bin(&self, op: &str, bin: u32, chunks: impl Iterator<Item = Vec<u8>>) -> Result<BinRecord, StoreError> {
+        let base = self.latest().unwrap_or_default();
+        let id = base.id + 1;
+        let tree = self.tree(op)?;
+        let mut rec = BinRecord { bin, version: id, ..Default::default() };
+        for raw in chunks {
+            let chunk = decode_chunk(&raw).map_err(|e| self.err(format!("operator {op} bin {bin}: imported chunk {}", rec.chunks), e))?;
+            rec.entries += chunk.entries.len() as u64;
+            rec.bytes += raw.len() as u64;
+            tree.insert(chunk_key(bin, id, rec.chunks), raw).map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
+            rec.chunks += 1;
+        }
+        self.db.flush().map_err(|e| self.err("cannot flush an imported bin", e))?;
+        let mut record = base.clone();
+        record.id = id;
+        record.time_ms = now_ms();
+        let operator = match record.operators.iter_mut().find(|o| o.id == op) {
+            Some(o) => o,
+            None => {
+                record.operators.push(OperatorRecord { id: op.to_string(), watermark: i64::MIN, bins: Vec::new() });
+                record.operators.last_mut().expect("just pushed")
+            }
+        };
+        operator.bins.retain(|b| b.bin != bin);
+        if rec.entries > 0 {
+            operator.bins.push(rec);
+            operator.bins.sort_by_key(|b| b.bin);
+        }
+        let bytes = seal(postcard::to_stdvec(&record).map_err(|e| self.err("cannot encode the checkpoint record", e))?);
+        self.checkpoints.insert(id.to_be_bytes(), bytes).map_err(|e| self.err(format!("cannot write checkpoint {id}"), e))?;
+        self.db.flush().map_err(|e| self.err(format!("cannot flush checkpoint {id}"), e))?;
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+        self.collect_garbage()?;
+        Ok(rec)
+    }
+
+    /// Drops checkpoint records beyond the newest [`RETAINED`], and every
+    /// chunk no retained record refers to (including leftovers of a
+    /// checkpoint that never completed).
+    fn collect_garbage(&self) -> Result<(), StoreError> {
+        let records = self.records();
+        let mut referenced: BTreeMap<String, BTreeSet<(u32, u64)>> = BTreeMap::new();
+        let mut kept = 0;
+        for (id, record, _) in &records {
+            if kept < RETAINED
+                && let Ok(r) = record
+            {
+                kept += 1;
+                for op in &r.operators {
+                    let refs = referenced.entry(op.id.clone()).or_default();
+                    refs.extend(op.bins.iter().map(|b| (b.bin, b.version)));
+                }
+                continue;
+            }
+            // Beyond the retained ones, or undecodable and older than a
+            // good one: no restore will use it.
+            if kept > 0 {
+                self.checkpoints.remove(id.to_be_bytes()).map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
+            }
+        }
+        for name in self.db.tree_names() {
+            let Some(op) = std::str::from_utf8(&name).ok().and_then(|n| n.strip_prefix("op:")) else { continue };
+            let refs = referenced.get(op);
+            let tree = self.tree(op)?;
+            let mut batch = sled::Batch::default();
+            let mut dropped = 0;
+            for key in tree.iter().keys() {
+                let key = key.map_err(|e| self.err(format!("operator {op}: cannot scan"), e))?;
+                let keep = parse_chunk_key(&key).is_some_and(|(bin, version, _)| refs.is_some_and(|r| r.contains(&(bin, version))));
+                if !keep {
+                    batch.remove(key);
+                    dropped += 1;
+                }
+            }
+            if dropped > 0 {
+                tree.apply_batch(batch).map_err(|e| self.err(format!("operator {op}: cannot drop old state"), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The store's size on disk.
+    pub(crate) fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u64, ops: &[&str]) -> CheckpointRecord {
+        CheckpointRecord {
+            id,
+            time_ms: now_ms(),
+            bins: 256,
+            completed: false,
+            operators: ops.iter().map(|o| OperatorRecord { id: o.to_string(), watermark: id as i64 * 10, bins: Vec::new() }).collect(),
+            sources: vec![("src".into(), id.to_le_bytes().to_vec())],
+            sinks: Vec::new(),
+        }
+    }
+
+    fn entries(bin: u32, n: usize, tag: u8) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..n).map(|i| (format!("{bin}-{i}").into_bytes(), vec![tag; 20])).collect()
+    }
+
+    fn read_all(store: &Store, op: &str, rec: &CheckpointRecord) -> BTreeMap<u32, Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = BTreeMap::new();
+        for b in &rec.operator(op).unwrap().bins {
+            let e: Vec<_> = store.read_bin(op, b).flat_map(|c| c.unwrap().entries).collect();
+            out.insert(b.bin, e);
+        }
+        out
+    }
+
+    #[test]
+    fn unwritten_bins_carry_over_and_emptied_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        let w = |bin, n, tag| BinWrite { op: "win".into(), bin, entries: entries(bin, n, tag) };
+        let (r1, stats) = store.commit(record(1, &["win"]), vec![w(0, 5, 1), w(7, 20_000, 1)], &[]).unwrap();
+        assert_eq!(stats.entries, 20_005);
+        assert!(r1.operator("win").unwrap().bins[1].chunks > 1, "a large bin spans several chunks");
+        let (r2, _) = store.commit(record(2, &["win"]), vec![w(3, 2, 2)], &[("win".into(), 0)]).unwrap();
+        let bins: Vec<u32> = r2.operator("win").unwrap().bins.iter().map(|b| b.bin).collect();
+        assert_eq!(bins, vec![3, 7]);
+        let state = read_all(&store, "win", &r2);
+        assert_eq!(state[&7], entries(7, 20_000, 1));
+        assert_eq!(state[&3], entries(3, 2, 2));
+        drop(store);
+
+        // Reopened: the newest checkpoint is restored whole.
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        let restored = store.restore_point().unwrap();
+        assert!(restored.warnings.is_empty());
+        let record = restored.record.unwrap();
+        assert_eq!(record, r2);
+        assert_eq!(record.source("src"), Some(&2u64.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        let (r1, _) = store.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 10, 1) }], &[]).unwrap();
+        let (r2, _) = store.commit(record(2, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 10, 2) }], &[]).unwrap();
+        // Flip a byte of checkpoint 2's chunk, as a failing disk would.
+        let tree = store.tree("win").unwrap();
+        let key = chunk_key(1, 2, 0);
+        let mut bad = tree.get(key).unwrap().unwrap().to_vec();
+        bad[3] ^= 0x40;
+        tree.insert(key, bad).unwrap();
+        drop((tree, store));
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        let restored = store.restore_point().unwrap();
+        let record = restored.record.unwrap();
+        assert_eq!(record, r1);
+        assert!(restored.warnings[0].contains("checkpoint 2") && restored.warnings[0].contains("checksum mismatch"), "{:?}", restored.warnings);
+        assert_eq!(read_all(&store, "win", &record)[&1], entries(1, 10, 1));
+        let _ = r2;
+    }
+
+    #[test]
+    fn only_the_newest_two_checkpoints_and_their_chunks_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        for id in 1..=5u64 {
+            store.commit(record(id, &["win"]), vec![BinWrite { op: "win".into(), bin: (id % 2) as u32, entries: entries(0, 3, id as u8) }], &[]).unwrap();
+        }
+        let ids: Vec<u64> = store.records().iter().map(|(id, _, _)| *id).collect();
+        assert_eq!(ids, vec![5, 4]);
+        let versions: BTreeSet<u64> = store.tree("win").unwrap().iter().keys().map(|k| parse_chunk_key(&k.unwrap()).unwrap().1).collect();
+        // Checkpoint 5: bin 1 at v5, bin 0 at v4; checkpoint 4: bin 0 at v4,
+        // bin 1 at v3. Versions 1 and 2 are unreferenced and gone.
+        assert_eq!(versions, BTreeSet::from([3, 4, 5]));
+    }
+
+    #[test]
+    fn uncommitted_leftovers_are_dropped_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        store.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 3, 1) }], &[]).unwrap();
+        // A crash after writing checkpoint 2's chunks, before its record.
+        store.tree("win").unwrap().insert(chunk_key(1, 2, 0), Chunk::default().encode()).unwrap();
+        drop(store);
+        let store = Store::open(dir.path(), 8 << 20).unwrap();
+        assert_eq!(store.restore_point().unwrap().record.unwrap().id, 1);
+        assert!(store.tree("win").unwrap().get(chunk_key(1, 2, 0)).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_bin_exported_from_one_store_imports_into_another() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let src = Store::open(a.path(), 8 << 20).unwrap();
+        let (rec, _) = src.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 9, entries: entries(9, 30_000, 7) }], &[]).unwrap();
+        let bin = rec.operator("win").unwrap().bins[0];
+        let dst = Store::open(b.path(), 8 << 20).unwrap();
+        let imported = dst.import_bin("win", 9, src.raw_chunks("win", &bin).map(Result::unwrap)).unwrap();
+        assert_eq!((imported.entries, imported.chunks), (bin.entries, bin.chunks));
+        let got: Vec<_> = dst.read_bin("win", &imported).flat_map(|c| c.unwrap().entries).collect();
+        assert_eq!(got, entries(9, 30_000, 7));
+    }
+}

@@ -1,0 +1,126 @@
+//! Crash recovery with real processes: eddy is SIGKILLed at seeded random
+//! moments while it windows a file of 2M records, and restarted each time.
+//! With an exactly-once file sink the final output equals an uninterrupted
+//! run's exactly; with at-least-once nothing is missing (duplicates are
+//! counted).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const RECORDS: usize = 2_000_000;
+
+fn input(s: &Scratch) -> std::path::PathBuf {
+    let mut rng = Rng::new(42);
+    let mut text = String::with_capacity(RECORDS * 40);
+    for i in 0..RECORDS {
+        let ts = 1_767_225_600_000 + (i as i64) / 20 - rng.below(300) as i64;
+        text.push_str(&format!("{{\"k\":{},\"v\":{},\"ts\":{ts}}}\n", rng.below(1000), rng.below(100)));
+    }
+    s.write("in.jsonl", &text)
+}
+
+fn config(s: &Scratch, name: &str, delivery: &str) -> std::path::PathBuf {
+    s.write(
+        &format!("{name}.toml"),
+        &format!(
+            r#"
+[node]
+workers = 2
+data_dir = "{data}"
+[checkpoint]
+interval = "150ms"
+[sources.in]
+type = "file"
+path = "{input}"
+schema = {{ k = "int", v = "int", ts = "int" }}
+event_time = "ts"
+max_out_of_orderness = "300ms"
+[transforms.w]
+type = "window"
+inputs = ["in"]
+key = ["k"]
+window = {{ kind = "tumbling", size = "1s" }}
+aggregates = {{ n = "count(*)", total = "sum(v)", lo = "min(v)", hi = "max(v)" }}
+[sinks.out]
+type = "file"
+inputs = ["w"]
+path = "{out}"
+delivery = "{delivery}"
+"#,
+            data = s.path(&format!("{name}-data")).display(),
+            input = s.path("in.jsonl").display(),
+            out = s.path(&format!("{name}.jsonl")).display(),
+        ),
+    )
+}
+
+/// Runs to completion, after `kills` runs SIGKILLed at seeded moments
+/// within `span` (a whole run's duration). Returns how many runs were
+/// killed before finishing.
+fn run_with_kills(config: &std::path::Path, kills: usize, seed: u64, span: Duration) -> usize {
+    let mut rng = Rng::new(seed);
+    let mut killed = 0;
+    for _ in 0..kills {
+        let mut child = eddy().arg("run").arg(config).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let after = span.mul_f64(0.05 + 0.9 * rng.below(1000) as f64 / 1000.0);
+        let started = Instant::now();
+        while started.elapsed() < after && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed += 1;
+        }
+        let _ = child.wait();
+    }
+    run_ok(config);
+    killed
+}
+
+fn counts(rows: &[String]) -> BTreeMap<&str, usize> {
+    let mut m = BTreeMap::new();
+    for r in rows {
+        *m.entry(r.as_str()).or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing_exactly_once() {
+        let s = Scratch::new();
+    input(&s);
+    let started = Instant::now();
+    run_ok(&config(&s, "reference", "exactly_once"));
+    let span = started.elapsed();
+    let reference = multiset(&json_lines(&s.read("reference.jsonl")));
+    assert!(reference.len() > 50_000, "{} rows", reference.len());
+
+    let killed = run_with_kills(&config(&s, "crashed", "exactly_once"), 10, 7, span);
+    assert!(killed >= 5, "only {killed} runs were killed mid-way: make the input longer");
+    let recovered = multiset(&json_lines(&s.read("crashed.jsonl")));
+    assert_eq!(recovered.len(), reference.len(), "row count after {killed} crashes");
+    assert!(recovered == reference, "the output after {killed} crashes differs from an uninterrupted run");
+}
+
+#[test]
+fn sigkill_at_random_moments_loses_nothing_at_least_once() {
+        let s = Scratch::new();
+    input(&s);
+    let started = Instant::now();
+    run_ok(&config(&s, "reference", "at_least_once"));
+    let span = started.elapsed();
+    let reference = multiset(&json_lines(&s.read("reference.jsonl")));
+    let killed = run_with_kills(&config(&s, "crashed", "at_least_once"), 10, 8, span);
+    assert!(killed >= 5, "only {killed} runs were killed mid-way");
+    let recovered = multiset(&json_lines(&s.read("crashed.jsonl")));
+    let (want, got) = (counts(&reference), counts(&recovered));
+    let missing: Vec<_> = want.iter().filter(|(r, n)| got.get(*r).copied().unwrap_or(0) < **n).take(3).collect();
+    assert!(missing.is_empty(), "rows missing after {killed} crashes: {missing:?}");
+    let duplicates = recovered.len() - reference.len();
+    eprintln!("at_least_once after {killed} crashes: {} rows, {duplicates} duplicates", recovered.len());
+}
