@@ -113,21 +113,19 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok.success());
 }
 
-#[test]
-fn sigterm_drains_fires_open_windows_and_exits_zero() {
-    let s = Scratch::new();
-    let sink = format!(
-        "[sinks.out]\ntype = \"file\"\ninputs = [\"per_sensor\"]\npath = \"{}\"",
-        s.path("out.jsonl").display()
-    );
-    let config = endless(&s, Some(20_000), &sink);
+/// Runs `config` until `after`, sends SIGTERM, and returns the exit status
+/// and stderr.
+fn terminate_after(
+    config: &std::path::Path,
+    after: Duration,
+) -> (std::process::ExitStatus, String) {
     let mut child = eddy()
         .arg("run")
-        .arg(&config)
+        .arg(config)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(after);
     signal(child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
@@ -144,10 +142,71 @@ fn sigterm_drains_fires_open_windows_and_exits_zero() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
+    (status, stderr)
+}
+
+fn counted(rows: &[serde_json::Value]) -> i64 {
+    rows.iter().map(|r| r["n"].as_i64().unwrap()).sum()
+}
+
+#[test]
+fn sigterm_takes_a_final_checkpoint_and_the_next_run_continues_exactly() {
+    let s = Scratch::new();
+    let sink = |name: &str| {
+        format!(
+            "[sinks.out]\ntype = \"file\"\ninputs = [\"per_sensor\"]\npath = \"{}\"\ndelivery = \"exactly_once\"",
+            s.path(name).display()
+        )
+    };
+    // 3 s of readings at 20 000 a second.
+    let finite = |name: &str| {
+        let text = std::fs::read_to_string(endless(&s, Some(20_000), &sink(name))).unwrap();
+        s.write(
+            &format!("{name}.toml"),
+            &text
+                .replace(
+                    "type = \"generator\"",
+                    "type = \"generator\"\ncount = 60000",
+                )
+                .replace(
+                    &s.path("data").display().to_string(),
+                    &s.path(&format!("{name}-data")).display().to_string(),
+                ),
+        )
+    };
+    let reference = finite("reference.jsonl");
+    run_ok(&reference);
+    let want = multiset(&json_lines(&s.read("reference.jsonl")));
+
+    let config = finite("stopped.jsonl");
+    let (status, stderr) = terminate_after(&config, Duration::from_millis(1500));
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(stderr.contains("final checkpoint committed"), "{stderr}");
+    let before = json_lines(&s.read("stopped.jsonl"));
+    assert!(
+        counted(&before) < 60_000,
+        "the first run should stop part way"
+    );
+    let out = run_ok(&config);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("restoring checkpoint"));
+    let got = multiset(&json_lines(&s.read("stopped.jsonl")));
+    assert_eq!(
+        got, want,
+        "stop + restart gives the uninterrupted run's rows, each once"
+    );
+}
+
+#[test]
+fn without_checkpoints_sigterm_drains_and_fires_open_windows() {
+    let s = Scratch::new();
+    let sink = format!(
+        "[sinks.out]\ntype = \"file\"\ninputs = [\"per_sensor\"]\npath = \"{}\"\n[checkpoint]\nenabled = false",
+        s.path("out.jsonl").display()
+    );
+    let config = endless(&s, Some(20_000), &sink);
+    let (status, stderr) = terminate_after(&config, Duration::from_millis(1500));
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("draining"), "{stderr}");
-    let rows = json_lines(&s.read("out.jsonl"));
-    let counted: i64 = rows.iter().map(|r| r["n"].as_i64().unwrap()).sum();
     let produced: i64 = stderr
         .lines()
         .find_map(|l| l.split("finished: ").nth(1))
@@ -156,7 +215,8 @@ fn sigterm_drains_fires_open_windows_and_exits_zero() {
         .unwrap_or_else(|| panic!("no summary in {stderr}"));
     assert!(produced > 10_000);
     assert_eq!(
-        counted, produced,
+        counted(&json_lines(&s.read("out.jsonl"))),
+        produced,
         "draining fires every open window: nothing produced is lost"
     );
 }
@@ -277,8 +337,18 @@ fn a_missing_input_file_is_named_and_nothing_starts() {
 #[test]
 fn a_closed_stdout_stops_an_endless_pipeline() {
     let s = Scratch::new();
-    let config = endless(&s, None, "[sinks.out]\ntype = \"stdout\"\ninputs = [\"readings\"]");
-    let mut child = eddy().arg("run").arg(&config).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let config = endless(
+        &s,
+        None,
+        "[sinks.out]\ntype = \"stdout\"\ninputs = [\"readings\"]",
+    );
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Read one line, then close the pipe, as `eddy run ... | head -1` does.
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 64];

@@ -19,7 +19,11 @@ fn input(s: &Scratch) -> std::path::PathBuf {
     let mut text = String::with_capacity(RECORDS * 40);
     for i in 0..RECORDS {
         let ts = 1_767_225_600_000 + (i as i64) / 20 - rng.below(300) as i64;
-        text.push_str(&format!("{{\"k\":{},\"v\":{},\"ts\":{ts}}}\n", rng.below(1000), rng.below(100)));
+        text.push_str(&format!(
+            "{{\"k\":{},\"v\":{},\"ts\":{ts}}}\n",
+            rng.below(1000),
+            rng.below(100)
+        ));
     }
     s.write("in.jsonl", &text)
 }
@@ -66,7 +70,13 @@ fn run_with_kills(config: &std::path::Path, kills: usize, seed: u64, span: Durat
     let mut rng = Rng::new(seed);
     let mut killed = 0;
     for _ in 0..kills {
-        let mut child = eddy().arg("run").arg(config).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = eddy()
+            .arg("run")
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let after = span.mul_f64(0.05 + 0.9 * rng.below(1000) as f64 / 1000.0);
         let started = Instant::now();
         while started.elapsed() < after && child.try_wait().unwrap().is_none() {
@@ -92,7 +102,7 @@ fn counts(rows: &[String]) -> BTreeMap<&str, usize> {
 
 #[test]
 fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing_exactly_once() {
-        let s = Scratch::new();
+    let s = Scratch::new();
     input(&s);
     let started = Instant::now();
     run_ok(&config(&s, "reference", "exactly_once"));
@@ -101,15 +111,25 @@ fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing_exactly_once()
     assert!(reference.len() > 50_000, "{} rows", reference.len());
 
     let killed = run_with_kills(&config(&s, "crashed", "exactly_once"), 10, 7, span);
-    assert!(killed >= 5, "only {killed} runs were killed mid-way: make the input longer");
+    assert!(
+        killed >= 5,
+        "only {killed} runs were killed mid-way: make the input longer"
+    );
     let recovered = multiset(&json_lines(&s.read("crashed.jsonl")));
-    assert_eq!(recovered.len(), reference.len(), "row count after {killed} crashes");
-    assert!(recovered == reference, "the output after {killed} crashes differs from an uninterrupted run");
+    assert_eq!(
+        recovered.len(),
+        reference.len(),
+        "row count after {killed} crashes"
+    );
+    assert!(
+        recovered == reference,
+        "the output after {killed} crashes differs from an uninterrupted run"
+    );
 }
 
 #[test]
 fn sigkill_at_random_moments_loses_nothing_at_least_once() {
-        let s = Scratch::new();
+    let s = Scratch::new();
     input(&s);
     let started = Instant::now();
     run_ok(&config(&s, "reference", "at_least_once"));
@@ -119,8 +139,18 @@ fn sigkill_at_random_moments_loses_nothing_at_least_once() {
     assert!(killed >= 5, "only {killed} runs were killed mid-way");
     let recovered = multiset(&json_lines(&s.read("crashed.jsonl")));
     let (want, got) = (counts(&reference), counts(&recovered));
-    let missing: Vec<_> = want.iter().filter(|(r, n)| got.get(*r).copied().unwrap_or(0) < **n).take(3).collect();
-    assert!(missing.is_empty(), "rows missing after {killed} crashes: {missing:?}");
+    let missing: Vec<_> = want
+        .iter()
+        .filter(|(r, n)| got.get(*r).copied().unwrap_or(0) < **n)
+        .take(3)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "rows missing after {killed} crashes: {missing:?}"
+    );
     let duplicates = recovered.len() - reference.len();
-    eprintln!("at_least_once after {killed} crashes: {} rows, {duplicates} duplicates", recovered.len());
+    eprintln!(
+        "at_least_once after {killed} crashes: {} rows, {duplicates} duplicates",
+        recovered.len()
+    );
 }

@@ -43,13 +43,21 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     if let Some(node) = top.table(&mut d, "node") {
         config.node = read_node(&mut d, node.into_component("node"));
     }
-    if let Some(mut cp) = top.table(&mut d, "checkpoint").map(|t| t.into_component("checkpoint")) {
+    if let Some(mut cp) = top
+        .table(&mut d, "checkpoint")
+        .map(|t| t.into_component("checkpoint"))
+    {
         let enabled = cp.boolean(&mut d, "enabled").is_none_or(|b| b.value);
-        let interval = cp.duration_ms(&mut d, "interval", false).map_or(10_000, |i| i.value);
+        let interval = cp
+            .duration_ms(&mut d, "interval", false)
+            .map_or(10_000, |i| i.value);
         config.node.checkpoint_interval_ms = enabled.then_some(interval);
         cp.finish(&mut d, "[checkpoint]");
     }
-    if let Some(mut st) = top.table(&mut d, "state").map(|t| t.into_component("state")) {
+    if let Some(mut st) = top
+        .table(&mut d, "state")
+        .map(|t| t.into_component("state"))
+    {
         if let Some(bytes) = st.size_bytes(&mut d, "cache_bytes") {
             config.node.cache_bytes = bytes;
         }
@@ -249,7 +257,9 @@ fn read_component(
         }
         (Section::Sink, "stdout") => {
             read_delivery(d, &mut t, false);
-            Some(Spec::Stdout { format: read_format(d, &mut t) })
+            Some(Spec::Stdout {
+                format: read_format(d, &mut t),
+            })
         }
         (Section::Sink, "file") => {
             let path = t
@@ -257,7 +267,11 @@ fn read_component(
                 .map(|p| Sp::new(PathBuf::from(p.value), p.span));
             let format = read_format(d, &mut t);
             let exactly_once = read_delivery(d, &mut t, true);
-            path.map(|path| Spec::FileSink { path, format, exactly_once })
+            path.map(|path| Spec::FileSink {
+                path,
+                format,
+                exactly_once,
+            })
         }
         (Section::Sink, "blackhole") => {
             read_delivery(d, &mut t, false);

@@ -195,11 +195,22 @@ impl<'a, 'i> TableReader<'a, 'i> {
         let v = self.raw(key)?;
         let parsed = match v.get_ref() {
             DeValue::Integer(i) => i.as_str().replace('_', "").parse::<u64>().ok(),
-            DeValue::String(s) => s.trim().parse::<bytesize::ByteSize>().ok().map(|b| b.as_u64()),
+            DeValue::String(s) => s
+                .trim()
+                .parse::<bytesize::ByteSize>()
+                .ok()
+                .map(|b| b.as_u64()),
             _ => None,
         };
         if parsed.is_none() {
-            d.error(v.span(), &self.ctx(key), format!("expected a size such as \"256MiB\" or a number of bytes, found {}", describe(v.get_ref())));
+            d.error(
+                v.span(),
+                &self.ctx(key),
+                format!(
+                    "expected a size such as \"256MiB\" or a number of bytes, found {}",
+                    describe(v.get_ref())
+                ),
+            );
         }
         parsed
     }

@@ -99,18 +99,24 @@ fn wait_or_signal(mut running: exec::Running) -> Result<exec::Running, ExitCode>
             let signal = async { signals.next().await };
             match smol::future::or(finished, signal).await {
                 None => return Ok(running),
-                                Some(Ok(sig)) if !stopping && running.has_checkpoints() => {
+                Some(Ok(sig)) if !stopping && running.has_checkpoints() => {
                     // Open windows stay open: their state goes into a final
                     // checkpoint and the next run continues them.
-                    tracing::info!("received {sig:?}; taking a final checkpoint (send it again to exit at once)");
+                    tracing::info!(
+                        "received {sig:?}; taking a final checkpoint (send it again to exit at once)"
+                    );
                     stopping = true;
                     match running.checkpoint_and_halt(Duration::from_secs(30)) {
-                        Ok(id) => tracing::info!(checkpoint = id, "final checkpoint committed; stopping"),
+                        Ok(id) => {
+                            tracing::info!(checkpoint = id, "final checkpoint committed; stopping")
+                        }
                         Err(e) => tracing::error!("the final checkpoint failed: {e}"),
                     }
                 }
                 Some(Ok(sig)) if !stopping => {
-                    tracing::info!("received {sig:?}; stopping sources and draining (send it again to exit at once)");
+                    tracing::info!(
+                        "received {sig:?}; stopping sources and draining (send it again to exit at once)"
+                    );
                     stopping = true;
                     running.stop();
                 }

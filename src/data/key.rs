@@ -75,7 +75,7 @@ impl KeySpec {
             .collect()
     }
 
-        /// The hash of an encoded key: the same as [`KeySpec::hash_row`] of the
+    /// The hash of an encoded key: the same as [`KeySpec::hash_row`] of the
     /// row it was encoded from.
     pub(crate) fn hash_encoded(&self, key: &[u8]) -> u64 {
         let mut cols: Vec<Column> = self.types.iter().map(|t| Column::new(*t, 1)).collect();
@@ -175,7 +175,7 @@ pub(crate) trait GroupKey: Sized + Send + 'static {
 
     fn store(probe: &Self::Probe<'_>) -> Self;
 
-        /// Appends the key's fields to `columns` (one per key field).
+    /// Appends the key's fields to `columns` (one per key field).
     fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]);
 
     /// Appends the key's canonical encoding (what checkpoints store).
@@ -244,7 +244,10 @@ impl<const N: usize> GroupKey for WordKey<N> {
     fn from_encoded(spec: &KeySpec, bytes: &[u8]) -> Self {
         let mut cols: Vec<Column> = spec.types.iter().map(|t| Column::new(*t, 1)).collect();
         spec.decode_into(bytes, &mut cols);
-        let mut key = WordKey { words: [0; N], nulls: 0 };
+        let mut key = WordKey {
+            words: [0; N],
+            nulls: 0,
+        };
         for (i, col) in cols.iter().enumerate() {
             match col.get(0) {
                 ValueRef::Int(v) => key.words[i] = v as u64,
@@ -296,7 +299,7 @@ impl GroupKey for ByteKey {
         ByteKey((*probe).into())
     }
 
-        fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]) {
+    fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]) {
         spec.decode_into(&self.0, columns)
     }
 

@@ -52,7 +52,7 @@ struct Collector {
     snapshots: BTreeMap<u64, Vec<(usize, Snapshot)>>,
     /// Final snapshots of instances that ended, not yet committed.
     finals: Vec<(usize, Snapshot)>,
-        /// Exactly-once sink pieces per checkpoint id, per node.
+    /// Exactly-once sink pieces per checkpoint id, per node.
     pieces: BTreeMap<u64, BTreeMap<usize, Vec<u8>>>,
     /// Exactly-once sinks whose instances all ended: they have handed over
     /// everything (their FINAL piece, perhaps committed already).
@@ -77,7 +77,7 @@ pub(crate) struct Checkpoints {
     collector: Mutex<Collector>,
     changed: Condvar,
     /// Exactly-once sink writers, told when a checkpoint is committed.
-        commits: Mutex<BTreeMap<usize, CommitListener>>,
+    commits: Mutex<BTreeMap<usize, CommitListener>>,
 }
 
 /// The outcome of one commit, for logs and benchmarks.
@@ -91,7 +91,13 @@ pub(crate) struct Committed {
 }
 
 impl Checkpoints {
-    pub(crate) fn new(store: std::sync::Arc<Store>, nodes: Vec<NodeInfo>, workers: usize, bins: u32, last_id: u64) -> Checkpoints {
+    pub(crate) fn new(
+        store: std::sync::Arc<Store>,
+        nodes: Vec<NodeInfo>,
+        workers: usize,
+        bins: u32,
+        last_id: u64,
+    ) -> Checkpoints {
         let instances = nodes.len() * workers;
         Checkpoints {
             store,
@@ -100,7 +106,11 @@ impl Checkpoints {
             bins,
             requested: AtomicU64::new(last_id),
             aligned: AtomicU64::new(last_id),
-            collector: Mutex::new(Collector { passed: vec![last_id; instances], committed: last_id, ..Default::default() }),
+            collector: Mutex::new(Collector {
+                passed: vec![last_id; instances],
+                committed: last_id,
+                ..Default::default()
+            }),
             changed: Condvar::new(),
             commits: Mutex::new(BTreeMap::new()),
         }
@@ -123,9 +133,12 @@ impl Checkpoints {
         self.aligned.load(SeqCst)
     }
 
-        /// Registers how an exactly-once sink's writer hears of commits.
+    /// Registers how an exactly-once sink's writer hears of commits.
     pub(crate) fn register_sink(&self, node: usize, commits: CommitListener) {
-        self.commits.lock().unwrap_or_else(|e| e.into_inner()).insert(node, commits);
+        self.commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node, commits);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Collector> {
@@ -167,7 +180,7 @@ impl Checkpoints {
     /// An exactly-once sink's writer sealed checkpoint `id`: `piece` is
     /// its pending commit.
     pub(crate) fn submit_piece(&self, node: usize, id: u64, piece: Vec<u8>) {
-                let mut c = self.lock();
+        let mut c = self.lock();
         if id == FINAL {
             c.finished.insert(node);
         }
@@ -197,23 +210,40 @@ impl Checkpoints {
     /// Waits until every instance passed `id` and every exactly-once sink
     /// delivered its piece; then commits it. `completed` marks the final
     /// checkpoint of a run that ran to its end.
-        ///
+    ///
     /// Returns `Ok(None)` if `alive` turns false before it can commit.
-    pub(crate) fn commit(&self, id: u64, completed: bool, alive: &dyn Fn() -> bool) -> Result<Option<Committed>, String> {
-        let exact: Vec<usize> = (0..self.nodes.len()).filter(|&n| self.nodes[n].exact_sink).collect();
+    pub(crate) fn commit(
+        &self,
+        id: u64,
+        completed: bool,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<Option<Committed>, String> {
+        let exact: Vec<usize> = (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].exact_sink)
+            .collect();
         let mut c = self.lock();
         loop {
-            let passed = if completed { c.passed.iter().all(|&p| p == FINAL) } else { c.passed.iter().all(|&p| p >= id) };
+            let passed = if completed {
+                c.passed.iter().all(|&p| p == FINAL)
+            } else {
+                c.passed.iter().all(|&p| p >= id)
+            };
             // A sink whose instances all ended has handed over everything
             // as its FINAL piece, which then serves any later checkpoint.
-                        let pieces = exact.iter().all(|n| c.finished.contains(n) || c.pieces.get(&id).is_some_and(|p| p.contains_key(n)));
+            let pieces = exact.iter().all(|n| {
+                c.finished.contains(n) || c.pieces.get(&id).is_some_and(|p| p.contains_key(n))
+            });
             if passed && pieces {
                 break;
             }
             if !alive() {
                 return Ok(None);
             }
-            c = self.changed.wait_timeout(c, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+            c = self
+                .changed
+                .wait_timeout(c, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         // Everything up to `id` goes in: an instance's newer snapshot of a
         // bin supersedes an older one.
@@ -239,7 +269,7 @@ impl Checkpoints {
         for (i, s) in std::mem::take(&mut c.finals) {
             take(i, s);
         }
-                let mut pieces = c.pieces.remove(&id).unwrap_or_default();
+        let mut pieces = c.pieces.remove(&id).unwrap_or_default();
         for n in &exact {
             if !pieces.contains_key(n)
                 && let Some(p) = c.pieces.get_mut(&FINAL).and_then(|f| f.remove(n))
@@ -256,30 +286,70 @@ impl Checkpoints {
                 .filter(|&n| self.nodes[n].stateful)
                 .map(|n| OperatorRecord {
                     id: self.nodes[n].id.clone(),
-                    watermark: (0..self.workers).filter_map(|w| c.watermarks.get(&(n * self.workers + w)).copied()).min().unwrap_or(i64::MIN),
+                    watermark: (0..self.workers)
+                        .filter_map(|w| c.watermarks.get(&(n * self.workers + w)).copied())
+                        .min()
+                        .unwrap_or(i64::MIN),
                     bins: Vec::new(),
                 })
                 .collect(),
             sources: (0..self.nodes.len())
                 .filter(|&n| self.nodes[n].source)
                 .map(|n| {
-                    let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers).flat_map(|w| c.positions.get(&(n * self.workers + w)).cloned().unwrap_or_default()).collect();
+                    let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers)
+                        .flat_map(|w| {
+                            c.positions
+                                .get(&(n * self.workers + w))
+                                .cloned()
+                                .unwrap_or_default()
+                        })
+                        .collect();
                     all.sort();
-                    (self.nodes[n].id.clone(), postcard::to_stdvec(&all).expect("positions encode"))
+                    (
+                        self.nodes[n].id.clone(),
+                        postcard::to_stdvec(&all).expect("positions encode"),
+                    )
                 })
                 .collect(),
-            sinks: pieces.into_iter().map(|(n, p)| (self.nodes[n].id.clone(), p)).collect(),
+            sinks: pieces
+                .into_iter()
+                .map(|(n, p)| (self.nodes[n].id.clone(), p))
+                .collect(),
         };
         drop(c);
-        let writes: Vec<BinWrite> = writes.into_iter().map(|((n, bin), entries)| BinWrite { op: self.nodes[n].id.clone(), bin, entries }).collect();
-        let emptied: Vec<(String, u32)> = emptied.into_keys().map(|(n, bin)| (self.nodes[n].id.clone(), bin)).collect();
-                let commit_started = Instant::now();
-        let (_, stats) = self.store.commit(record, writes, &emptied).map_err(|StoreError(e)| e)?;
+        let writes: Vec<BinWrite> = writes
+            .into_iter()
+            .map(|((n, bin), entries)| BinWrite {
+                op: self.nodes[n].id.clone(),
+                bin,
+                entries,
+            })
+            .collect();
+        let emptied: Vec<(String, u32)> = emptied
+            .into_keys()
+            .map(|(n, bin)| (self.nodes[n].id.clone(), bin))
+            .collect();
+        let commit_started = Instant::now();
+        let (_, stats) = self
+            .store
+            .commit(record, writes, &emptied)
+            .map_err(|StoreError(e)| e)?;
         self.lock().committed = id;
-                for listener in self.commits.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for listener in self
+            .commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
             listener(id);
         }
-        Ok(Some(Committed { id, bins: stats.bins, entries: stats.entries, bytes: stats.bytes, duration: commit_started.elapsed() }))
+        Ok(Some(Committed {
+            id,
+            bins: stats.bins,
+            entries: stats.entries,
+            bytes: stats.bytes,
+            duration: commit_started.elapsed(),
+        }))
     }
 }
 

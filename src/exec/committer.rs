@@ -12,42 +12,55 @@ use super::checkpoint::{Checkpoints, Committed};
 /// How often the thread looks at its quit flag while waiting.
 const TICK: Duration = Duration::from_millis(20);
 
-pub(crate) fn spawn_committer(shared: Arc<Shared>, interval: Duration, quit: Arc<AtomicBool>) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name("eddy-checkpoint".into()).spawn(move || {
-        let cp = shared.checkpoints.clone().expect("the committer runs with checkpoints");
-        let mut last = Instant::now();
-        loop {
-            while last.elapsed() < interval {
-                if quit.load(Relaxed) || shared.failed.load(Relaxed) {
-                    return;
+pub(crate) fn spawn_committer(
+    shared: Arc<Shared>,
+    interval: Duration,
+    quit: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("eddy-checkpoint".into())
+        .spawn(move || {
+            let cp = shared
+                .checkpoints
+                .clone()
+                .expect("the committer runs with checkpoints");
+            let mut last = Instant::now();
+            loop {
+                while last.elapsed() < interval {
+                    if quit.load(Relaxed) || shared.failed.load(Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(TICK.min(interval));
                 }
-                std::thread::sleep(TICK.min(interval));
-            }
-            last = Instant::now();
-                        let running = || !quit.load(Relaxed);
-            match take(&shared, &cp, &running) {
-                Ok(Some(c)) => tracing::debug!(
-                    checkpoint = c.id,
-                    bins = c.bins,
-                    keys = c.entries,
-                    bytes = c.bytes,
-                    ms = c.duration.as_secs_f64() * 1e3,
-                    "checkpoint committed"
-                ),
-                Ok(None) => return,
-                Err(e) => {
-                    shared.fail(e);
-                    return;
+                last = Instant::now();
+                let running = || !quit.load(Relaxed);
+                match take(&shared, &cp, &running) {
+                    Ok(Some(c)) => tracing::debug!(
+                        checkpoint = c.id,
+                        bins = c.bins,
+                        keys = c.entries,
+                        bytes = c.bytes,
+                        ms = c.duration.as_secs_f64() * 1e3,
+                        "checkpoint committed"
+                    ),
+                    Ok(None) => return,
+                    Err(e) => {
+                        shared.fail(e);
+                        return;
+                    }
                 }
             }
-        }
-    })
+        })
 }
 
 /// Takes the next checkpoint: requests its barriers and commits it.
 /// `Ok(None)` if the run ended or stopped before it completed.
 /// `go_on` turning false abandons the wait.
-pub(crate) fn take(shared: &Shared, cp: &Checkpoints, go_on: &dyn Fn() -> bool) -> Result<Option<Committed>, String> {
+pub(crate) fn take(
+    shared: &Shared,
+    cp: &Checkpoints,
+    go_on: &dyn Fn() -> bool,
+) -> Result<Option<Committed>, String> {
     let id = cp.requested() + 1;
     if !cp.request(id) {
         return Ok(None);

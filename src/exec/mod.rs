@@ -4,9 +4,9 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
+mod committer;
 pub(crate) mod metrics;
 pub(crate) mod operator;
-mod committer;
 mod ops;
 mod start;
 mod worker;
@@ -33,7 +33,7 @@ pub(crate) struct Shared {
     pub(crate) dead_letter: Arc<DeadLetter>,
     /// Set to end the sources (a signal, or a failure).
     pub(crate) stop: Arc<AtomicBool>,
-        /// Set when the run cannot go on; workers return at once.
+    /// Set when the run cannot go on; workers return at once.
     pub(crate) failed: AtomicBool,
     failure: Mutex<Option<String>>,
     /// Set after a final checkpoint when stopping: workers return at once,
@@ -56,7 +56,7 @@ impl Shared {
         }
     }
 
-        pub(crate) fn wake_workers(&self) {
+    pub(crate) fn wake_workers(&self) {
         if let Some(threads) = self.threads.get() {
             threads.iter().for_each(Thread::unpark);
         }
@@ -92,7 +92,7 @@ pub(crate) struct Running {
     helpers: Vec<JoinHandle<()>>,
     /// `[node][worker]`
     metrics: Vec<Vec<Arc<OpMetrics>>>,
-        /// Per node; sinks only.
+    /// Per node; sinks only.
     latency: Vec<Option<Arc<Latency>>>,
     /// The periodic checkpoint thread, and how to stop it.
     committer: Option<JoinHandle<()>>,
@@ -129,7 +129,7 @@ impl Running {
         self.workers.iter().all(JoinHandle::is_finished)
     }
 
-        /// Asks the sources to end; the pipeline then drains.
+    /// Asks the sources to end; the pipeline then drains.
     pub(crate) fn stop(&self) {
         self.shared.request_stop();
     }
@@ -140,11 +140,15 @@ impl Running {
 
     /// Stops with a checkpoint: takes one now, then lets the workers return
     /// without firing open windows, which the next run restores.
-        /// If the checkpoint cannot complete within `timeout` (a stalled
+    /// If the checkpoint cannot complete within `timeout` (a stalled
     /// sink), the workers stop anyway and the next run resumes from the
     /// checkpoint before.
     pub(crate) fn checkpoint_and_halt(&mut self, timeout: Duration) -> Result<u64, String> {
-        let cp = self.shared.checkpoints.clone().ok_or("checkpoints are off")?;
+        let cp = self
+            .shared
+            .checkpoints
+            .clone()
+            .ok_or("checkpoints are off")?;
         self.stop_committer();
         let deadline = Instant::now() + timeout;
         let taken = committer::take(&self.shared, &cp, &|| Instant::now() < deadline);
@@ -152,7 +156,9 @@ impl Running {
         self.shared.wake_workers();
         match taken? {
             Some(c) => Ok(c.id),
-            None => Err(format!("it did not complete within {timeout:?}; the next run resumes from the one before")),
+            None => Err(format!(
+                "it did not complete within {timeout:?}; the next run resumes from the one before"
+            )),
         }
     }
 
@@ -209,7 +215,7 @@ impl Running {
 
     /// Waits for the run to end (every source ended and drained, or a
     /// failure) and reports.
-        pub(crate) fn wait(mut self) -> Report {
+    pub(crate) fn wait(mut self) -> Report {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

@@ -20,7 +20,7 @@ pub(crate) trait Operator: Send {
     /// with `WATERMARK_END` once every input has ended.
     fn on_watermark(&mut self, _watermark: i64, _ctx: &mut OpCtx<'_>) {}
 
-        /// Every input has ended (after the final watermark); flush.
+    /// Every input has ended (after the final watermark); flush.
     fn on_end(&mut self, _ctx: &mut OpCtx<'_>) {}
 
     /// Barrier `checkpoint` has arrived on every input (or `FINAL`, after
@@ -31,7 +31,7 @@ pub(crate) trait Operator: Send {
         Snapshot::default()
     }
 
-        /// Before any input: installs one bin's state from a checkpoint. An
+    /// Before any input: installs one bin's state from a checkpoint. An
     /// error says why the state does not fit this operator (a changed
     /// config).
     fn restore(&mut self, _bin: u32, _entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {

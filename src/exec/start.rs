@@ -17,11 +17,13 @@ use crate::config::WindowKind;
 use crate::data::{ByteKey, WordKey};
 use crate::io::codec::Encoder;
 use crate::io::dead_letter::DeadLetter;
-use crate::io::{self, BlackholeSink, ExactlyOnce, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink};
-use crate::state::{CheckpointRecord, Store};
+use crate::io::{
+    self, BlackholeSink, ExactlyOnce, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink,
+};
 use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
 use crate::plan::{NodeKind, OpSpec, Plan};
+use crate::state::{CheckpointRecord, Store};
 
 /// Starts every thread of a run. `taps` attach a function to blackhole
 /// sinks by id.
@@ -30,7 +32,7 @@ pub(crate) fn start(
     stop: Arc<AtomicBool>,
     taps: HashMap<String, Tap>,
 ) -> Result<Running, String> {
-        let workers = plan.node.workers;
+    let workers = plan.node.workers;
     let (checkpoints, restored) = open_state(&plan)?;
     let shared = Arc::new(Shared {
         workers,
@@ -40,13 +42,19 @@ pub(crate) fn start(
         dead_letter: Arc::new(DeadLetter::new(plan.node.dead_letter.clone())),
         stop,
         failed: AtomicBool::new(false),
-                failure: Mutex::new(None),
+        failure: Mutex::new(None),
         halted: AtomicBool::new(false),
         threads: OnceLock::new(),
         checkpoints,
         restored,
     });
-    let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> { shared.restored.as_ref().and_then(|r| r.source(id)).map(decode_positions) };
+    let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> {
+        shared
+            .restored
+            .as_ref()
+            .and_then(|r| r.source(id))
+            .map(decode_positions)
+    };
     let checkpoint = shared.checkpoints.as_ref().map_or(0, |c| c.requested());
     let fail: Arc<dyn Fn(String) + Send + Sync> = {
         let shared = shared.clone();
@@ -87,19 +95,30 @@ pub(crate) fn start(
     }
 
     // Sink writers, shared by every worker's instance of the sink.
-        let mut helpers = Vec::new();
+    let mut helpers = Vec::new();
     let mut writers = HashMap::new();
     let mut shutdowns = Vec::new();
     for (i, node) in plan.nodes.iter().enumerate() {
-                let (target, format, exact) = match &node.op {
+        let (target, format, exact) = match &node.op {
             OpSpec::Stdout { format } => (Target::Stdout, *format, false),
-            OpSpec::FileSink { path, format, exactly_once } => (Target::File(path.clone()), *format, *exactly_once),
+            OpSpec::FileSink {
+                path,
+                format,
+                exactly_once,
+            } => (Target::File(path.clone()), *format, *exactly_once),
             _ => continue,
         };
         let exactly_once = exact.then(|| ExactlyOnce {
             node: i,
-            checkpoints: shared.checkpoints.clone().expect("exactly_once needs checkpoints (checked by the plan)"),
-            restored: shared.restored.as_ref().and_then(|r| r.sink(&node.id)).map(<[u8]>::to_vec),
+            checkpoints: shared
+                .checkpoints
+                .clone()
+                .expect("exactly_once needs checkpoints (checked by the plan)"),
+            restored: shared
+                .restored
+                .as_ref()
+                .and_then(|r| r.sink(&node.id))
+                .map(<[u8]>::to_vec),
             instances: workers,
         });
         let input = &node.inputs[0];
@@ -119,7 +138,7 @@ pub(crate) fn start(
             target,
             header,
             plan.node.channel_capacity,
-                        fail.clone(),
+            fail.clone(),
             stop,
             exactly_once,
         )
@@ -136,13 +155,15 @@ pub(crate) fn start(
         let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
             continue;
         };
-                let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
-                let resume = positions(&node.id).and_then(|p| p.into_iter().next()).and_then(|(_, pos)| io::decode_file_position(&pos));
+        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
+        let resume = positions(&node.id)
+            .and_then(|p| p.into_iter().next())
+            .and_then(|(_, pos)| io::decode_file_position(&pos));
         let input = io::open_input(p, resume).map_err(|e| match &p.path {
             Some(path) => format!("sources.{}: cannot open {}: {e}", node.id, path.display()),
             None => format!("sources.{}: cannot read stdin: {e}", node.id),
         })?;
-                let replayable = p.path.is_some();
+        let replayable = p.path.is_some();
         let (tx, source) = io::line_channel(plan.node.channel_capacity, replayable, resume);
         line_sources.insert((i, owner), source);
         readers.push((i, owner, input, tx, resume));
@@ -186,12 +207,17 @@ pub(crate) fn start(
             let ports = node
                 .inputs
                 .iter()
-                                .map(|input| Port::new(if input.exchange.is_some() { workers } else { 1 }, checkpoint))
+                .map(|input| {
+                    Port::new(
+                        if input.exchange.is_some() { workers } else { 1 },
+                        checkpoint,
+                    )
+                })
                 .collect();
             let op = instantiate(&plan, i, w, &writers, &latency, &taps);
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
                 OpSpec::Generator(g) => Some((
-                                        Box::new(GeneratorTask::new(
+                    Box::new(GeneratorTask::new(
                         &g.spec,
                         g.rate,
                         g.count,
@@ -225,7 +251,7 @@ pub(crate) fn start(
                 watermark: crate::kernel::watermark::WATERMARK_START,
                 ended: false,
                 routes,
-                                metrics: metrics[i][w].clone(),
+                metrics: metrics[i][w].clone(),
                 emitted: Vec::new(),
                 passed: checkpoint,
                 pending: checkpoint,
@@ -237,7 +263,7 @@ pub(crate) fn start(
             nodes,
             sources,
             edges,
-                        drain_order,
+            drain_order,
             rows_by_worker: vec![Vec::new(); workers],
             injected: checkpoint,
         };
@@ -267,7 +293,7 @@ pub(crate) fn start(
         .set(handles.iter().map(|h| h.thread().clone()).collect());
     drop(writers);
 
-        for (i, owner, input, tx, resume) in readers {
+    for (i, owner, input, tx, resume) in readers {
         let node = &plan.nodes[i];
         let (OpSpec::FileSource(p) | OpSpec::Stdin(p)) = &node.op else {
             unreachable!()
@@ -275,7 +301,7 @@ pub(crate) fn start(
         let args = LineReaderArgs {
             component: node.id.clone(),
             plan: Arc::new(p.clone()),
-                        input,
+            input,
             resume,
             batch_size: plan.node.batch_size,
             tx,
@@ -290,11 +316,15 @@ pub(crate) fn start(
         );
     }
 
-        let committer_quit = Arc::new(AtomicBool::new(false));
+    let committer_quit = Arc::new(AtomicBool::new(false));
     let committer = match (&shared.checkpoints, plan.node.checkpoint_interval_ms) {
         (Some(_), Some(ms)) => Some(
-            spawn_committer(shared.clone(), Duration::from_millis(ms as u64), committer_quit.clone())
-                .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
+            spawn_committer(
+                shared.clone(),
+                Duration::from_millis(ms as u64),
+                committer_quit.clone(),
+            )
+            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
         ),
         _ => None,
     };
@@ -314,7 +344,9 @@ pub(crate) fn start(
 
 /// Opens the store and picks the checkpoint to resume from. A run that
 /// had completed is not resumed: the pipeline starts over.
-fn open_state(plan: &Plan) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>), String> {
+fn open_state(
+    plan: &Plan,
+) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>), String> {
     if plan.node.checkpoint_interval_ms.is_none() {
         return Ok((None, None));
     }
@@ -323,10 +355,16 @@ fn open_state(plan: &Plan) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<Check
     for w in &restored.warnings {
         tracing::warn!("{w}");
     }
-    let age = |r: &CheckpointRecord| Duration::from_millis((crate::state::now_ms() - r.time_ms).max(0) as u64);
+    let age = |r: &CheckpointRecord| {
+        Duration::from_millis((crate::state::now_ms() - r.time_ms).max(0) as u64)
+    };
     let record = match restored.record {
         Some(r) if r.completed => {
-            tracing::info!(checkpoint = r.id, "the previous run completed {:.0?} ago; starting from the beginning", age(&r));
+            tracing::info!(
+                checkpoint = r.id,
+                "the previous run completed {:.0?} ago; starting from the beginning",
+                age(&r)
+            );
             store.reset().map_err(|e| e.0)?;
             None
         }
@@ -363,10 +401,22 @@ fn open_state(plan: &Plan) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<Check
             id: n.id.clone(),
             stateful: matches!(n.op, OpSpec::Window(_) | OpSpec::Join(_)),
             source: n.kind == NodeKind::Source,
-            exact_sink: matches!(n.op, OpSpec::FileSink { exactly_once: true, .. }),
+            exact_sink: matches!(
+                n.op,
+                OpSpec::FileSink {
+                    exactly_once: true,
+                    ..
+                }
+            ),
         })
         .collect();
-    let checkpoints = Checkpoints::new(Arc::new(store), nodes, plan.node.workers, plan.node.bins, last);
+    let checkpoints = Checkpoints::new(
+        Arc::new(store),
+        nodes,
+        plan.node.workers,
+        plan.node.bins,
+        last,
+    );
     Ok((Some(Arc::new(checkpoints)), record.map(Arc::new)))
 }
 

@@ -68,7 +68,11 @@ pub(crate) struct Port {
 
 impl Port {
     pub(crate) fn new(senders: usize, checkpoint: u64) -> Port {
-        Port { watermarks: vec![WATERMARK_START; senders], barriers: vec![checkpoint; senders], ended: vec![false; senders] }
+        Port {
+            watermarks: vec![WATERMARK_START; senders],
+            barriers: vec![checkpoint; senders],
+            ended: vec![false; senders],
+        }
     }
 }
 
@@ -80,7 +84,7 @@ pub(crate) struct NodeState {
     pub(crate) watermark: i64,
     pub(crate) ended: bool,
     pub(crate) routes: Vec<Vec<Route>>,
-        pub(crate) metrics: Arc<OpMetrics>,
+    pub(crate) metrics: Arc<OpMetrics>,
     /// Reused output buffer.
     pub(crate) emitted: Vec<(usize, Batch)>,
     /// The newest checkpoint barrier this instance has passed, and the
@@ -102,7 +106,7 @@ pub(crate) struct Worker {
     pub(crate) nodes: Vec<NodeState>,
     pub(crate) sources: Vec<SourceState>,
     pub(crate) edges: Vec<Edge>,
-        /// Exchange edges ordered by target node, most downstream first.
+    /// Exchange edges ordered by target node, most downstream first.
     pub(crate) drain_order: Vec<usize>,
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
     /// The newest checkpoint whose barrier this worker's sources injected.
@@ -118,7 +122,7 @@ const BLOCKED_PARK: Duration = Duration::from_micros(200);
 
 impl Worker {
     /// Runs until every operator instance on this worker has ended.
-        pub(crate) fn run(mut self) {
+    pub(crate) fn run(mut self) {
         self.restore();
         loop {
             if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
@@ -366,7 +370,7 @@ impl Worker {
                     self.shared.threads.get().expect("registered")[sender].unpark();
                 }
                 let (node, port) = (self.edges[edge].node, self.edges[edge].port);
-                                match msg.body {
+                match msg.body {
                     Body::Batch(b) => self.deliver(node, port, b),
                     Body::Watermark(wm) => self.input_watermark(node, port, sender, wm),
                     Body::Barrier(id) => self.input_barrier(node, port, sender, id),
@@ -415,10 +419,14 @@ impl Worker {
         if std::mem::replace(&mut self.nodes[node].ports[port].ended[sender], true) {
             return;
         }
-                // An ended input no longer holds the watermark back, nor a barrier.
+        // An ended input no longer holds the watermark back, nor a barrier.
         self.input_watermark(node, port, sender, WATERMARK_END);
         self.try_pass_barrier(node);
-        if self.nodes[node].ports.iter().all(|p| p.ended.iter().all(|&e| e)) {
+        if self.nodes[node]
+            .ports
+            .iter()
+            .all(|p| p.ended.iter().all(|&e| e))
+        {
             self.end_node(node);
         }
     }
@@ -428,7 +436,7 @@ impl Worker {
         if std::mem::replace(&mut self.nodes[node].ended, true) {
             return;
         }
-                if self.nodes[node].op.is_some() {
+        if self.nodes[node].op.is_some() {
             self.call(node, 0, |op, ctx| op.on_end(ctx));
         } else if self.nodes[node].watermark < WATERMARK_END {
             // A source: its final watermark fires everything downstream.
@@ -452,16 +460,23 @@ impl Worker {
         });
     }
 
-        /// Installs this worker's share of the state in the checkpoint being
+    /// Installs this worker's share of the state in the checkpoint being
     /// restored: the bins it owns, the watermarks.
     fn restore(&mut self) {
-        let (Some(cp), Some(record)) = (self.shared.checkpoints.clone(), self.shared.restored.clone()) else {
+        let (Some(cp), Some(record)) = (
+            self.shared.checkpoints.clone(),
+            self.shared.restored.clone(),
+        ) else {
             return;
         };
         for node in 0..self.nodes.len() {
-            let Some(op_record) = record.operator(&self.nodes[node].component) else { continue };
-                        self.nodes[node].watermark = op_record.watermark;
-            let Some(op) = self.nodes[node].op.as_mut() else { continue };
+            let Some(op_record) = record.operator(&self.nodes[node].component) else {
+                continue;
+            };
+            self.nodes[node].watermark = op_record.watermark;
+            let Some(op) = self.nodes[node].op.as_mut() else {
+                continue;
+            };
             op.restore_watermark(op_record.watermark);
             for bin in &op_record.bins {
                 if self.shared.assignment[bin.bin as usize] as usize != self.id {
@@ -472,12 +487,15 @@ impl Worker {
                     match chunk {
                         Ok(c) => entries.extend(c.entries),
                         Err(e) => {
-                            self.shared.fail(format!("cannot restore {}: {e}", self.nodes[node].component));
+                            self.shared.fail(format!(
+                                "cannot restore {}: {e}",
+                                self.nodes[node].component
+                            ));
                             return;
                         }
                     }
                 }
-                                if let Err(e) = op.restore(bin.bin, entries) {
+                if let Err(e) = op.restore(bin.bin, entries) {
                     self.shared.fail(format!(
                         "the state of {} in checkpoint {} does not fit its config ({e}); if you changed its key or aggregates, remove {} to start over",
                         op_record.id,
@@ -494,13 +512,20 @@ impl Worker {
     /// the source's position.
     fn inject_barrier(&mut self, id: u64) {
         self.injected = id;
-        let cp = self.shared.checkpoints.clone().expect("only with checkpoints");
+        let cp = self
+            .shared
+            .checkpoints
+            .clone()
+            .expect("only with checkpoints");
         for s in 0..self.sources.len() {
             let node = self.sources[s].node;
             if self.nodes[node].ended {
                 continue;
             }
-            let snapshot = super::checkpoint::Snapshot { position: self.sources[s].task.position(), ..Default::default() };
+            let snapshot = super::checkpoint::Snapshot {
+                position: self.sources[s].task.position(),
+                ..Default::default()
+            };
             cp.submit(node, self.id, id, snapshot);
             self.nodes[node].passed = id;
             self.propagate_barrier(node, id);
@@ -510,7 +535,11 @@ impl Worker {
     fn propagate_barrier(&mut self, node: usize, id: u64) {
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_barrier(to, port, 0, id),
-            Route::Exchange { edge } => w.broadcast(node, edge, Body::Barrier(id), |me, to, port| me.input_barrier(to, port, me.id, id)),
+            Route::Exchange { edge } => {
+                w.broadcast(node, edge, Body::Barrier(id), |me, to, port| {
+                    me.input_barrier(to, port, me.id, id)
+                })
+            }
         });
     }
 
@@ -530,7 +559,10 @@ impl Worker {
         if state.ended || id <= state.passed {
             return;
         }
-        let aligned = state.ports.iter().all(|p| p.barriers.iter().zip(&p.ended).all(|(&b, &e)| b >= id || e));
+        let aligned = state
+            .ports
+            .iter()
+            .all(|p| p.barriers.iter().zip(&p.ended).all(|(&b, &e)| b >= id || e));
         if !aligned {
             return;
         }
@@ -578,7 +610,7 @@ impl Worker {
         for w in 0..self.shared.workers {
             if w != self.id {
                 let b = match &body {
-                                        Body::Watermark(x) => Body::Watermark(*x),
+                    Body::Watermark(x) => Body::Watermark(*x),
                     Body::Barrier(x) => Body::Barrier(*x),
                     Body::End => Body::End,
                     Body::Batch(_) => unreachable!("only control messages are broadcast"),

@@ -65,7 +65,11 @@ impl GeneratorTask {
 
     /// The earliest round with an event left, if any.
     fn round(&self) -> Option<u64> {
-        self.next.iter().filter(|&&i| i < self.end).map(|&i| i / SPLITS).min()
+        self.next
+            .iter()
+            .filter(|&&i| i < self.end)
+            .map(|&i| i / SPLITS)
+            .min()
     }
 
     /// Appends up to `n` events of the earliest round, in index order;
@@ -84,10 +88,15 @@ impl GeneratorTask {
             }
             let start = self.next[s];
             let mut len = 0;
-            while s + len < self.next.len() && produced + (len as u64) < n && due(self.next[s + len]) && self.next[s + len] == start + len as u64 {
+            while s + len < self.next.len()
+                && produced + (len as u64) < n
+                && due(self.next[s + len])
+                && self.next[s + len] == start + len as u64
+            {
                 len += 1;
             }
-            self.generator.fill(start, 1, len, &mut self.builder, ingest_ns);
+            self.generator
+                .fill(start, 1, len, &mut self.builder, ingest_ns);
             for k in 0..len {
                 self.next[s + k] += SPLITS;
             }
@@ -127,7 +136,16 @@ impl SourceTask for GeneratorTask {
     }
 
     fn position(&self) -> Vec<(u32, Vec<u8>)> {
-        self.next.iter().enumerate().map(|(k, i)| ((self.first_split + k as u64) as u32, i.to_le_bytes().to_vec())).collect()
+        self.next
+            .iter()
+            .enumerate()
+            .map(|(k, i)| {
+                (
+                    (self.first_split + k as u64) as u32,
+                    i.to_le_bytes().to_vec(),
+                )
+            })
+            .collect()
     }
 }
 
@@ -140,11 +158,16 @@ struct Pacer {
 
 impl Pacer {
     fn new(rate: u64) -> Pacer {
-        Pacer { start: Instant::now(), rate, produced: 0 }
+        Pacer {
+            start: Instant::now(),
+            rate,
+            produced: 0,
+        }
     }
 
     fn due(&self, now: Instant) -> u64 {
-        let allowed = (now.duration_since(self.start).as_nanos() * self.rate as u128 / 1_000_000_000) as u64;
+        let allowed =
+            (now.duration_since(self.start).as_nanos() * self.rate as u128 / 1_000_000_000) as u64;
         allowed.saturating_sub(self.produced)
     }
 
@@ -174,7 +197,15 @@ mod tests {
         // `ts` is i / 100: collect indices through it, with a finer clock.
         let mut spec = spec;
         spec.events_per_second = 1000;
-        let one: Vec<i64> = keys_of(&mut GeneratorTask::new(&spec, None, Some(count), 0, 1, 100, None));
+        let one: Vec<i64> = keys_of(&mut GeneratorTask::new(
+            &spec,
+            None,
+            Some(count),
+            0,
+            1,
+            100,
+            None,
+        ));
         assert_eq!(one, (0..count as i64).collect::<Vec<_>>());
         // Three workers stop part way; their positions resume on two.
         let mut seen = Vec::new();
@@ -200,8 +231,19 @@ mod tests {
     fn a_worker_produces_in_time_order() {
         let spec = GeneratorSpec::defaults(GeneratorKind::Wcount);
         for (w, n) in [(0, 2), (1, 3), (2, 3)] {
-            let ts = keys_of(&mut GeneratorTask::new(&spec, None, Some(50_000), w, n, 1024, None));
-            assert!(ts.windows(2).all(|p| p[0] <= p[1]), "worker {w} of {n} goes back in time");
+            let ts = keys_of(&mut GeneratorTask::new(
+                &spec,
+                None,
+                Some(50_000),
+                w,
+                n,
+                1024,
+                None,
+            ));
+            assert!(
+                ts.windows(2).all(|p| p[0] <= p[1]),
+                "worker {w} of {n} goes back in time"
+            );
         }
     }
 }

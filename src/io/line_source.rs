@@ -52,15 +52,28 @@ impl SourceTask for LineSource {
     }
 
     fn position(&self) -> Vec<(u32, Vec<u8>)> {
-        self.position.map(|p| (0, postcard::to_stdvec(&p).expect("a position encodes"))).into_iter().collect()
+        self.position
+            .map(|p| (0, postcard::to_stdvec(&p).expect("a position encodes")))
+            .into_iter()
+            .collect()
     }
 }
 
 /// The channel from a reader thread to its worker; `resume` is where a
 /// file source starts (`None`: the beginning, or stdin).
-pub(crate) fn line_channel(capacity: usize, replayable: bool, resume: Option<FilePosition>) -> (flume::Sender<(Batch, FilePosition)>, LineSource) {
+pub(crate) fn line_channel(
+    capacity: usize,
+    replayable: bool,
+    resume: Option<FilePosition>,
+) -> (flume::Sender<(Batch, FilePosition)>, LineSource) {
     let (tx, rx) = flume::bounded(capacity);
-    (tx, LineSource { rx, position: replayable.then(|| resume.unwrap_or_default()) })
+    (
+        tx,
+        LineSource {
+            rx,
+            position: replayable.then(|| resume.unwrap_or_default()),
+        },
+    )
 }
 
 /// Decodes a position saved by [`LineSource::position`].
@@ -72,7 +85,7 @@ pub(crate) fn decode_file_position(bytes: &[u8]) -> Option<FilePosition> {
 pub(crate) struct LineReaderArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<LineSourcePlan>,
-        pub(crate) input: Box<dyn Read + Send>,
+    pub(crate) input: Box<dyn Read + Send>,
     /// Where to start in a file (a restored checkpoint's position).
     pub(crate) resume: Option<FilePosition>,
     pub(crate) batch_size: usize,
@@ -86,7 +99,10 @@ pub(crate) struct LineReaderArgs {
 }
 
 /// Opens the input of a line source: the file at `resume`, or stdin.
-pub(crate) fn open_input(plan: &LineSourcePlan, resume: Option<FilePosition>) -> std::io::Result<Box<dyn Read + Send>> {
+pub(crate) fn open_input(
+    plan: &LineSourcePlan,
+    resume: Option<FilePosition>,
+) -> std::io::Result<Box<dyn Read + Send>> {
     let Some(path) = &plan.path else {
         return Ok(Box::new(std::io::stdin()));
     };
@@ -100,7 +116,11 @@ pub(crate) fn open_input(plan: &LineSourcePlan, resume: Option<FilePosition>) ->
 /// The first line of `path`: a CSV header, when a file is resumed past it.
 fn first_line(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     let mut line = Vec::new();
-    std::io::BufRead::read_until(&mut std::io::BufReader::new(File::open(path)?), b'\n', &mut line)?;
+    std::io::BufRead::read_until(
+        &mut std::io::BufReader::new(File::open(path)?),
+        b'\n',
+        &mut line,
+    )?;
     let end = line.strip_suffix(b"\n").unwrap_or(&line);
     Ok(end.strip_suffix(b"\r").unwrap_or(end).to_vec())
 }
@@ -143,20 +163,34 @@ impl LineReader {
             args.batch_size,
             args.plan.event_time.is_some(),
         );
-                let at = args.resume.unwrap_or_default();
-        LineReader { args, tx, decoder, builder, pending: Vec::new(), line: at.line, offset: at.offset }
+        let at = args.resume.unwrap_or_default();
+        LineReader {
+            args,
+            tx,
+            decoder,
+            builder,
+            pending: Vec::new(),
+            line: at.line,
+            offset: at.offset,
+        }
     }
 
     /// A CSV file resumed past its header still needs the header.
     fn read_header_if_resumed(&mut self) -> Result<(), String> {
-        let (Some(path), true) = (&self.args.plan.path, self.offset > 0 && self.decoder.needs_header()) else {
+        let (Some(path), true) = (
+            &self.args.plan.path,
+            self.offset > 0 && self.decoder.needs_header(),
+        ) else {
             return Ok(());
         };
-        let line = first_line(path).map_err(|e| format!("cannot read the header of {}: {e}", path.display()))?;
-        self.decoder.header(&line).map_err(|e| format!("{}:1: bad CSV header: {e}", path.display()))
+        let line = first_line(path)
+            .map_err(|e| format!("cannot read the header of {}: {e}", path.display()))?;
+        self.decoder
+            .header(&line)
+            .map_err(|e| format!("{}:1: bad CSV header: {e}", path.display()))
     }
 
-        fn run(mut self) {
+    fn run(mut self) {
         if let Err(e) = self.read_header_if_resumed() {
             (self.args.fail)(format!("sources.{}: {e}", self.args.component));
             return;
@@ -278,8 +312,11 @@ impl LineReader {
         if self.builder.is_empty() {
             return true;
         }
-                let batch = self.builder.take();
-        let at = FilePosition { offset: self.offset, line: self.line };
+        let batch = self.builder.take();
+        let at = FilePosition {
+            offset: self.offset,
+            line: self.line,
+        };
         let ok = self.tx.send((batch, at)).is_ok();
         self.args.worker.unpark();
         ok

@@ -17,4 +17,6 @@ pub(crate) use line_source::{
     LineReaderArgs, LineSource, decode_file_position, line_channel, open_input, spawn_line_reader,
 };
 pub(crate) use sinks::{BlackholeSink, Tap, WriterSink};
-pub(crate) use writer::{ExactlyOnce, SinkWriter as SinkWriterHandle, Target, WriterMsg, spawn_writer};
+pub(crate) use writer::{
+    ExactlyOnce, SinkWriter as SinkWriterHandle, Target, WriterMsg, spawn_writer,
+};

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use super::codec::{Encoder, Format};
 use super::writer::{SinkWriter, WriterMsg};
-use crate::exec::checkpoint::{FINAL, Snapshot};
 use crate::data::Batch;
+use crate::exec::checkpoint::{FINAL, Snapshot};
 use crate::exec::clock::now_ns;
 use crate::exec::metrics::Latency;
 use crate::exec::operator::{OpCtx, Operator};
@@ -33,7 +33,7 @@ impl Operator for WriterSink {
         self.latency.record_batch(batch.ingest_ns(), now_ns());
         let mut bytes = Vec::with_capacity(batch.len() * 64);
         self.encoder.encode(&batch, &mut bytes);
-                let waited = Instant::now();
+        let waited = Instant::now();
         // The writer thread only ends on a write error, which it reports.
         let _ = self.writer.send(WriterMsg::Data(bytes));
         ctx.blocked_ns += waited.elapsed().as_nanos() as u64;

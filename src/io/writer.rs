@@ -84,10 +84,24 @@ pub(crate) fn spawn_writer(
             let mut file = open_file(&path)?;
             let committed = repair(&mut file, &header, exact.restored.as_deref())?;
             let listener = tx.clone();
-            exact.checkpoints.register_sink(exact.node, Box::new(move |id| {
-                let _ = listener.send(WriterMsg::Commit(id));
-            }));
-            Box::new(move || Staged { file, committed, exact, staged: Vec::new(), seals: BTreeMap::new(), ended: 0, pieces: BTreeMap::new() }.run(rx))
+            exact.checkpoints.register_sink(
+                exact.node,
+                Box::new(move |id| {
+                    let _ = listener.send(WriterMsg::Commit(id));
+                }),
+            );
+            Box::new(move || {
+                Staged {
+                    file,
+                    committed,
+                    exact,
+                    staged: Vec::new(),
+                    seals: BTreeMap::new(),
+                    ended: 0,
+                    pieces: BTreeMap::new(),
+                }
+                .run(rx)
+            })
         }
         (target, _) => {
             let mut out: Box<dyn Write + Send> = match target {
@@ -107,16 +121,20 @@ pub(crate) fn spawn_writer(
             Box::new(move || direct(&mut out, rx))
         }
     };
-    let handle = std::thread::Builder::new().name(format!("eddy-write-{component}")).spawn(move || match body() {
-        Ok(()) => {}
-        // A reader that went away (`eddy run ... | head`) ends the run the
-        // way it ends a Unix pipeline: quietly.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            tracing::info!("sinks.{component}: {name} was closed by its reader; stopping the sources");
-            stop();
-        }
-        Err(e) => fail(format!("sinks.{component}: cannot write to {name}: {e}")),
-    })?;
+    let handle = std::thread::Builder::new()
+        .name(format!("eddy-write-{component}"))
+        .spawn(move || match body() {
+            Ok(()) => {}
+            // A reader that went away (`eddy run ... | head`) ends the run the
+            // way it ends a Unix pipeline: quietly.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                tracing::info!(
+                    "sinks.{component}: {name} was closed by its reader; stopping the sources"
+                );
+                stop();
+            }
+            Err(e) => fail(format!("sinks.{component}: cannot write to {name}: {e}")),
+        })?;
     Ok((tx, handle))
 }
 
@@ -124,7 +142,11 @@ fn open_file(path: &std::path::Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).read(true).open(path)
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(path)
 }
 
 /// At-least-once: write as it comes, flushing whenever nothing else waits
@@ -156,7 +178,11 @@ fn repair(file: &mut File, header: &[u8], restored: Option<&[u8]>) -> std::io::R
         file.sync_all()?;
         return Ok(header.len() as u64);
     };
-    let piece: Piece = postcard::from_bytes(piece).map_err(|e| std::io::Error::other(format!("the checkpoint's record of this file is damaged: {e}")))?;
+    let piece: Piece = postcard::from_bytes(piece).map_err(|e| {
+        std::io::Error::other(format!(
+            "the checkpoint's record of this file is damaged: {e}"
+        ))
+    })?;
     let target = piece.len_before + piece.bytes.len() as u64;
     if len < target {
         file.set_len(piece.len_before)?;
@@ -209,7 +235,12 @@ impl Staged {
     /// Seals every checkpoint that all live instances have sealed.
     fn seal_complete(&mut self) {
         let live = self.exact.instances - self.ended;
-        let ready: Vec<u64> = self.seals.iter().filter(|&(_, &n)| n >= live && live > 0).map(|(&id, _)| id).collect();
+        let ready: Vec<u64> = self
+            .seals
+            .iter()
+            .filter(|&(_, &n)| n >= live && live > 0)
+            .map(|(&id, _)| id)
+            .collect();
         for id in ready {
             self.seals.remove(&id);
             self.seal(id);
@@ -217,17 +248,32 @@ impl Staged {
     }
 
     fn seal(&mut self, id: u64) {
-        let len_before = self.committed + self.pieces.values().map(|p| p.bytes.len() as u64).sum::<u64>();
-        let piece = Piece { len_before, bytes: std::mem::take(&mut self.staged) };
+        let len_before = self.committed
+            + self
+                .pieces
+                .values()
+                .map(|p| p.bytes.len() as u64)
+                .sum::<u64>();
+        let piece = Piece {
+            len_before,
+            bytes: std::mem::take(&mut self.staged),
+        };
         let encoded = postcard::to_stdvec(&piece).expect("a piece encodes");
         self.pieces.insert(id, piece);
-        self.exact.checkpoints.submit_piece(self.exact.node, id, encoded);
+        self.exact
+            .checkpoints
+            .submit_piece(self.exact.node, id, encoded);
     }
 
     /// Appends the pieces of every checkpoint up to `id` (a FINAL piece
     /// goes with the first commit after it).
     fn append_through(&mut self, id: u64) -> std::io::Result<()> {
-        let due: Vec<u64> = self.pieces.keys().copied().filter(|&k| k <= id || k == FINAL).collect();
+        let due: Vec<u64> = self
+            .pieces
+            .keys()
+            .copied()
+            .filter(|&k| k <= id || k == FINAL)
+            .collect();
         for k in due {
             let piece = self.pieces.remove(&k).expect("listed above");
             self.file.write_all(&piece.bytes)?;
@@ -250,7 +296,11 @@ mod tests {
     }
 
     fn piece(len_before: u64, bytes: &[u8]) -> Vec<u8> {
-        postcard::to_stdvec(&Piece { len_before, bytes: bytes.to_vec() }).unwrap()
+        postcard::to_stdvec(&Piece {
+            len_before,
+            bytes: bytes.to_vec(),
+        })
+        .unwrap()
     }
 
     #[test]

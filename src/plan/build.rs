@@ -42,8 +42,13 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             continue;
         };
         let index = nodes.len();
-                let checkpoints_off = config.node.checkpoint_interval_ms.is_none();
-        let mut cx = NodeBuilder { d, c, inputs: &inputs, checkpoints_off };
+        let checkpoints_off = config.node.checkpoint_interval_ms.is_none();
+        let mut cx = NodeBuilder {
+            d,
+            c,
+            inputs: &inputs,
+            checkpoints_off,
+        };
         let Some((op, outputs, exchanges)) = cx.build() else {
             continue;
         };
@@ -229,11 +234,19 @@ impl NodeBuilder<'_> {
                 self.sink_inputs(*format)?;
                 Some((OpSpec::Stdout { format: *format }, Vec::new(), forward))
             }
-                        Spec::FileSink { path, format, exactly_once } => {
+            Spec::FileSink {
+                path,
+                format,
+                exactly_once,
+            } => {
                 self.sink_inputs(*format)?;
                 if *exactly_once && self.checkpoints_off {
                     let span = self.c.id.span.clone();
-                    self.error(span, "delivery", "exactly_once needs checkpoints; remove `[checkpoint] enabled = false`");
+                    self.error(
+                        span,
+                        "delivery",
+                        "exactly_once needs checkpoints; remove `[checkpoint] enabled = false`",
+                    );
                     return None;
                 }
                 Some((
@@ -601,7 +614,7 @@ impl NodeBuilder<'_> {
             left_key: lk.clone(),
             right_key: rk.clone(),
             mode: j.mode,
-                        columns,
+            columns,
             output: output.clone(),
             left_width: left.schema.len(),
             right_width: right.schema.len(),

@@ -72,7 +72,7 @@ pub(crate) enum OpSpec {
     Stdout {
         format: Format,
     },
-        FileSink {
+    FileSink {
         path: PathBuf,
         format: Format,
         /// Lines are staged and appended when their checkpoint completes.
@@ -122,7 +122,7 @@ pub(crate) struct JoinPlan {
     pub(crate) mode: JoinMode,
     /// Output columns: `(side, column)` with side 0 left, 1 right; a
     /// tumbling join appends `window_start` and `window_end`.
-        pub(crate) columns: Vec<(usize, usize)>,
+    pub(crate) columns: Vec<(usize, usize)>,
     pub(crate) output: SchemaRef,
     /// Fields of the left and right inputs.
     pub(crate) left_width: usize,

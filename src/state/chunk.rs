@@ -55,14 +55,19 @@ mod tests {
 
     #[test]
     fn chunks_round_trip_and_any_flipped_bit_is_caught() {
-        let c = Chunk { entries: vec![(b"k1".to_vec(), b"v1".to_vec()), (vec![], vec![0; 300])] };
+        let c = Chunk {
+            entries: vec![(b"k1".to_vec(), b"v1".to_vec()), (vec![], vec![0; 300])],
+        };
         let bytes = c.encode();
         assert_eq!(decode_chunk(&bytes).unwrap(), c);
         for i in 0..bytes.len() {
             for bit in 0..8 {
                 let mut bad = bytes.clone();
                 bad[i] ^= 1 << bit;
-                assert!(decode_chunk(&bad).is_err(), "flip at byte {i} bit {bit} went unnoticed");
+                assert!(
+                    decode_chunk(&bad).is_err(),
+                    "flip at byte {i} bit {bit} went unnoticed"
+                );
             }
         }
         assert!(decode_chunk(&bytes[..3]).is_err());

@@ -44,15 +44,24 @@ impl CheckpointRecord {
     }
 
     pub(crate) fn source(&self, id: &str) -> Option<&[u8]> {
-        self.sources.iter().find(|(s, _)| s == id).map(|(_, p)| p.as_slice())
+        self.sources
+            .iter()
+            .find(|(s, _)| s == id)
+            .map(|(_, p)| p.as_slice())
     }
 
     pub(crate) fn sink(&self, id: &str) -> Option<&[u8]> {
-        self.sinks.iter().find(|(s, _)| s == id).map(|(_, p)| p.as_slice())
+        self.sinks
+            .iter()
+            .find(|(s, _)| s == id)
+            .map(|(_, p)| p.as_slice())
     }
 
     /// Keys and bytes of state in all.
     pub(crate) fn totals(&self) -> (u64, u64) {
-        self.operators.iter().flat_map(|o| &o.bins).fold((0, 0), |(k, b), r| (k + r.entries, b + r.bytes))
+        self.operators
+            .iter()
+            .flat_map(|o| &o.bins)
+            .fold((0, 0), |(k, b), r| (k + r.entries, b + r.bytes))
     }
 }

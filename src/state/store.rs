@@ -86,10 +86,25 @@ impl Store {
     pub(crate) fn open(data_dir: &Path, cache_bytes: u64) -> Result<Store, StoreError> {
         let lock = DataDirLock::acquire(data_dir).map_err(StoreError)?;
         let dir = data_dir.join("state");
-        let err = |what: &str, e: sled::Error| StoreError(format!("state in {}: {what}: {e}", dir.display()));
-        let db = sled::Config::new().path(&dir).cache_capacity(cache_bytes.max(1 << 20)).open().map_err(|e| err("cannot open", e))?;
-        let checkpoints = db.open_tree("checkpoints").map_err(|e| err("cannot open the checkpoint list", e))?;
-        let store = Store { db, checkpoints, dir, latest: Mutex::new(None), chunk_bytes: CHUNK_BYTES, _lock: lock };
+        let err = |what: &str, e: sled::Error| {
+            StoreError(format!("state in {}: {what}: {e}", dir.display()))
+        };
+        let db = sled::Config::new()
+            .path(&dir)
+            .cache_capacity(cache_bytes.max(1 << 20))
+            .open()
+            .map_err(|e| err("cannot open", e))?;
+        let checkpoints = db
+            .open_tree("checkpoints")
+            .map_err(|e| err("cannot open the checkpoint list", e))?;
+        let store = Store {
+            db,
+            checkpoints,
+            dir,
+            latest: Mutex::new(None),
+            chunk_bytes: CHUNK_BYTES,
+            _lock: lock,
+        };
         Ok(store)
     }
 
@@ -102,7 +117,9 @@ impl Store {
     }
 
     fn tree(&self, op: &str) -> Result<sled::Tree, StoreError> {
-        self.db.open_tree(tree_name(op)).map_err(|e| self.err(format!("operator {op}: cannot open its tree"), e))
+        self.db
+            .open_tree(tree_name(op))
+            .map_err(|e| self.err(format!("operator {op}: cannot open its tree"), e))
     }
 
     /// Every checkpoint record, newest first, each decoded or with why not.
@@ -111,7 +128,9 @@ impl Store {
         for item in self.checkpoints.iter().rev() {
             let Ok((k, v)) = item else { continue };
             let id = k.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(0);
-            let decoded = verify(&v).and_then(|p| postcard::from_bytes::<CheckpointRecord>(p).map_err(|e| format!("undecodable: {e}")));
+            let decoded = verify(&v).and_then(|p| {
+                postcard::from_bytes::<CheckpointRecord>(p).map_err(|e| format!("undecodable: {e}"))
+            });
             out.push((id, decoded, v.len()));
         }
         out
@@ -128,23 +147,36 @@ impl Store {
                 Ok(record) => {
                     *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
                     self.collect_garbage()?;
-                    return Ok(Restored { record: Some(record), warnings });
+                    return Ok(Restored {
+                        record: Some(record),
+                        warnings,
+                    });
                 }
-                Err(e) => warnings.push(format!("checkpoint {id} in {} is damaged ({e}); trying the one before it", self.dir.display())),
+                Err(e) => warnings.push(format!(
+                    "checkpoint {id} in {} is damaged ({e}); trying the one before it",
+                    self.dir.display()
+                )),
             }
         }
         self.collect_garbage()?;
-        Ok(Restored { record: None, warnings })
+        Ok(Restored {
+            record: None,
+            warnings,
+        })
     }
 
     /// Forgets every checkpoint and all state: the next run starts over.
     pub(crate) fn reset(&self) -> Result<(), StoreError> {
         for name in self.db.tree_names() {
             if name.starts_with(b"op:") {
-                self.db.drop_tree(&name).map_err(|e| self.err("cannot drop old state", e))?;
+                self.db
+                    .drop_tree(&name)
+                    .map_err(|e| self.err("cannot drop old state", e))?;
             }
         }
-        self.checkpoints.clear().map_err(|e| self.err("cannot drop old checkpoints", e))?;
+        self.checkpoints
+            .clear()
+            .map_err(|e| self.err("cannot drop old checkpoints", e))?;
         self.db.flush().map_err(|e| self.err("cannot flush", e))?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
@@ -156,8 +188,15 @@ impl Store {
             for b in &op.bins {
                 for c in 0..b.chunks {
                     match tree.get(chunk_key(b.bin, b.version, c)) {
-                        Ok(Some(v)) => verify(&v).map(|_| ()).map_err(|e| format!("operator {} bin {} chunk {c}: {e}", op.id, b.bin))?,
-                        Ok(None) => return Err(format!("operator {} bin {} chunk {c} is missing", op.id, b.bin)),
+                        Ok(Some(v)) => verify(&v).map(|_| ()).map_err(|e| {
+                            format!("operator {} bin {} chunk {c}: {e}", op.id, b.bin)
+                        })?,
+                        Ok(None) => {
+                            return Err(format!(
+                                "operator {} bin {} chunk {c} is missing",
+                                op.id, b.bin
+                            ));
+                        }
                         Err(e) => return Err(format!("operator {} bin {}: {e}", op.id, b.bin)),
                     }
                 }
@@ -168,35 +207,58 @@ impl Store {
 
     /// The newest committed checkpoint.
     pub(crate) fn latest(&self) -> Option<CheckpointRecord> {
-        self.latest.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The raw chunks of one bin as recorded, one at a time (for export:
     /// memory is bounded by one chunk).
-    pub(crate) fn raw_chunks<'a>(&'a self, op: &str, bin: &BinRecord) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + 'a {
+    pub(crate) fn raw_chunks<'a>(
+        &'a self,
+        op: &str,
+        bin: &BinRecord,
+    ) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + 'a {
         let tree = self.tree(op);
         let (bin, op) = (*bin, op.to_string());
         (0..bin.chunks).map(move |c| {
             let tree = tree.as_ref().map_err(|e| e.clone())?;
             match tree.get(chunk_key(bin.bin, bin.version, c)) {
                 Ok(Some(v)) => Ok(v.to_vec()),
-                Ok(None) => Err(self.err(format!("operator {op} bin {} chunk {c}", bin.bin), "missing")),
+                Ok(None) => Err(self.err(
+                    format!("operator {op} bin {} chunk {c}", bin.bin),
+                    "missing",
+                )),
                 Err(e) => Err(self.err(format!("operator {op} bin {}", bin.bin), e)),
             }
         })
     }
 
     /// One bin's state as recorded, chunk by chunk.
-    pub(crate) fn read_bin<'a>(&'a self, op: &'a str, bin: &BinRecord) -> impl Iterator<Item = Result<Chunk, StoreError>> + 'a {
+    pub(crate) fn read_bin<'a>(
+        &'a self,
+        op: &'a str,
+        bin: &BinRecord,
+    ) -> impl Iterator<Item = Result<Chunk, StoreError>> + 'a {
         let b = bin.bin;
-        self.raw_chunks(op, bin).map(move |raw| raw.and_then(|bytes| decode_chunk(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))))
+        self.raw_chunks(op, bin).map(move |raw| {
+            raw.and_then(|bytes| {
+                decode_chunk(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))
+            })
+        })
     }
 
     /// Commits checkpoint `id`: the bins in `writes` get their new state,
     /// the bins in `emptied` are dropped, every other bin keeps the
     /// version it had. Atomic: the chunks are flushed before the record
     /// that makes them part of a checkpoint.
-    pub(crate) fn commit(&self, mut record: CheckpointRecord, writes: Vec<BinWrite>, emptied: &[(String, u32)]) -> Result<(CheckpointRecord, CommitStats), StoreError> {
+    pub(crate) fn commit(
+        &self,
+        mut record: CheckpointRecord,
+        writes: Vec<BinWrite>,
+        emptied: &[(String, u32)],
+    ) -> Result<(CheckpointRecord, CommitStats), StoreError> {
         let previous = self.latest();
         // Carry over the bins nobody wrote.
         let mut ops: BTreeMap<String, BTreeMap<u32, BinRecord>> = BTreeMap::new();
@@ -215,7 +277,11 @@ impl Store {
         let mut batches: BTreeMap<String, sled::Batch> = BTreeMap::new();
         for w in writes {
             let batch = batches.entry(w.op.clone()).or_default();
-            let mut bin = BinRecord { bin: w.bin, version: record.id, ..Default::default() };
+            let mut bin = BinRecord {
+                bin: w.bin,
+                version: record.id,
+                ..Default::default()
+            };
             let mut chunk = Chunk::default();
             let mut size = 0;
             let mut flush = |chunk: &mut Chunk, bin: &mut BinRecord| {
@@ -248,17 +314,36 @@ impl Store {
             }
         }
         for (op, batch) in batches {
-            self.tree(&op)?.apply_batch(batch).map_err(|e| self.err(format!("operator {op}: cannot write its state"), e))?;
+            self.tree(&op)?
+                .apply_batch(batch)
+                .map_err(|e| self.err(format!("operator {op}: cannot write its state"), e))?;
         }
-        self.db.flush().map_err(|e| self.err("cannot flush the checkpoint's state", e))?;
-        let watermarks: BTreeMap<String, i64> = record.operators.iter().map(|o| (o.id.clone(), o.watermark)).collect();
+        self.db
+            .flush()
+            .map_err(|e| self.err("cannot flush the checkpoint's state", e))?;
+        let watermarks: BTreeMap<String, i64> = record
+            .operators
+            .iter()
+            .map(|o| (o.id.clone(), o.watermark))
+            .collect();
         record.operators = ops
             .into_iter()
-            .map(|(id, bins)| OperatorRecord { watermark: watermarks.get(&id).copied().unwrap_or(i64::MIN), id, bins: bins.into_values().collect() })
+            .map(|(id, bins)| OperatorRecord {
+                watermark: watermarks.get(&id).copied().unwrap_or(i64::MIN),
+                id,
+                bins: bins.into_values().collect(),
+            })
             .collect();
-        let bytes = seal(postcard::to_stdvec(&record).map_err(|e| self.err("cannot encode the checkpoint record", e))?);
-        self.checkpoints.insert(record.id.to_be_bytes(), bytes).map_err(|e| self.err(format!("cannot write checkpoint {}", record.id), e))?;
-        self.db.flush().map_err(|e| self.err(format!("cannot flush checkpoint {}", record.id), e))?;
+        let bytes = seal(
+            postcard::to_stdvec(&record)
+                .map_err(|e| self.err("cannot encode the checkpoint record", e))?,
+        );
+        self.checkpoints
+            .insert(record.id.to_be_bytes(), bytes)
+            .map_err(|e| self.err(format!("cannot write checkpoint {}", record.id), e))?;
+        self.db
+            .flush()
+            .map_err(|e| self.err(format!("cannot flush checkpoint {}", record.id), e))?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
         self.collect_garbage()?;
         Ok((record, stats))
@@ -267,26 +352,47 @@ impl Store {
     /// Installs a bin's state from exported chunks as a new checkpoint
     /// (the newest one with that bin replaced). Chunks are verified and
     /// written one at a time.
-    pub(crate) fn import_bin(&self, op: &str, bin: u32, chunks: impl Iterator<Item = Vec<u8>>) -> Result<BinRecord, StoreError> {
+    pub(crate) fn import_bin(
+        &self,
+        op: &str,
+        bin: u32,
+        chunks: impl Iterator<Item = Vec<u8>>,
+    ) -> Result<BinRecord, StoreError> {
         let base = self.latest().unwrap_or_default();
         let id = base.id + 1;
         let tree = self.tree(op)?;
-        let mut rec = BinRecord { bin, version: id, ..Default::default() };
+        let mut rec = BinRecord {
+            bin,
+            version: id,
+            ..Default::default()
+        };
         for raw in chunks {
-            let chunk = decode_chunk(&raw).map_err(|e| self.err(format!("operator {op} bin {bin}: imported chunk {}", rec.chunks), e))?;
+            let chunk = decode_chunk(&raw).map_err(|e| {
+                self.err(
+                    format!("operator {op} bin {bin}: imported chunk {}", rec.chunks),
+                    e,
+                )
+            })?;
             rec.entries += chunk.entries.len() as u64;
             rec.bytes += raw.len() as u64;
-            tree.insert(chunk_key(bin, id, rec.chunks), raw).map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
+            tree.insert(chunk_key(bin, id, rec.chunks), raw)
+                .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
             rec.chunks += 1;
         }
-        self.db.flush().map_err(|e| self.err("cannot flush an imported bin", e))?;
+        self.db
+            .flush()
+            .map_err(|e| self.err("cannot flush an imported bin", e))?;
         let mut record = base.clone();
         record.id = id;
         record.time_ms = now_ms();
         let operator = match record.operators.iter_mut().find(|o| o.id == op) {
             Some(o) => o,
             None => {
-                record.operators.push(OperatorRecord { id: op.to_string(), watermark: i64::MIN, bins: Vec::new() });
+                record.operators.push(OperatorRecord {
+                    id: op.to_string(),
+                    watermark: i64::MIN,
+                    bins: Vec::new(),
+                });
                 record.operators.last_mut().expect("just pushed")
             }
         };
@@ -295,9 +401,16 @@ impl Store {
             operator.bins.push(rec);
             operator.bins.sort_by_key(|b| b.bin);
         }
-        let bytes = seal(postcard::to_stdvec(&record).map_err(|e| self.err("cannot encode the checkpoint record", e))?);
-        self.checkpoints.insert(id.to_be_bytes(), bytes).map_err(|e| self.err(format!("cannot write checkpoint {id}"), e))?;
-        self.db.flush().map_err(|e| self.err(format!("cannot flush checkpoint {id}"), e))?;
+        let bytes = seal(
+            postcard::to_stdvec(&record)
+                .map_err(|e| self.err("cannot encode the checkpoint record", e))?,
+        );
+        self.checkpoints
+            .insert(id.to_be_bytes(), bytes)
+            .map_err(|e| self.err(format!("cannot write checkpoint {id}"), e))?;
+        self.db
+            .flush()
+            .map_err(|e| self.err(format!("cannot flush checkpoint {id}"), e))?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
         self.collect_garbage()?;
         Ok(rec)
@@ -324,25 +437,35 @@ impl Store {
             // Beyond the retained ones, or undecodable and older than a
             // good one: no restore will use it.
             if kept > 0 {
-                self.checkpoints.remove(id.to_be_bytes()).map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
+                self.checkpoints
+                    .remove(id.to_be_bytes())
+                    .map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
             }
         }
         for name in self.db.tree_names() {
-            let Some(op) = std::str::from_utf8(&name).ok().and_then(|n| n.strip_prefix("op:")) else { continue };
+            let Some(op) = std::str::from_utf8(&name)
+                .ok()
+                .and_then(|n| n.strip_prefix("op:"))
+            else {
+                continue;
+            };
             let refs = referenced.get(op);
             let tree = self.tree(op)?;
             let mut batch = sled::Batch::default();
             let mut dropped = 0;
             for key in tree.iter().keys() {
                 let key = key.map_err(|e| self.err(format!("operator {op}: cannot scan"), e))?;
-                let keep = parse_chunk_key(&key).is_some_and(|(bin, version, _)| refs.is_some_and(|r| r.contains(&(bin, version))));
+                let keep = parse_chunk_key(&key).is_some_and(|(bin, version, _)| {
+                    refs.is_some_and(|r| r.contains(&(bin, version)))
+                });
                 if !keep {
                     batch.remove(key);
                     dropped += 1;
                 }
             }
             if dropped > 0 {
-                tree.apply_batch(batch).map_err(|e| self.err(format!("operator {op}: cannot drop old state"), e))?;
+                tree.apply_batch(batch)
+                    .map_err(|e| self.err(format!("operator {op}: cannot drop old state"), e))?;
             }
         }
         Ok(())
@@ -355,7 +478,9 @@ impl Store {
 }
 
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
@@ -368,20 +493,36 @@ mod tests {
             time_ms: now_ms(),
             bins: 256,
             completed: false,
-            operators: ops.iter().map(|o| OperatorRecord { id: o.to_string(), watermark: id as i64 * 10, bins: Vec::new() }).collect(),
+            operators: ops
+                .iter()
+                .map(|o| OperatorRecord {
+                    id: o.to_string(),
+                    watermark: id as i64 * 10,
+                    bins: Vec::new(),
+                })
+                .collect(),
             sources: vec![("src".into(), id.to_le_bytes().to_vec())],
             sinks: Vec::new(),
         }
     }
 
     fn entries(bin: u32, n: usize, tag: u8) -> Vec<(Vec<u8>, Vec<u8>)> {
-        (0..n).map(|i| (format!("{bin}-{i}").into_bytes(), vec![tag; 20])).collect()
+        (0..n)
+            .map(|i| (format!("{bin}-{i}").into_bytes(), vec![tag; 20]))
+            .collect()
     }
 
-    fn read_all(store: &Store, op: &str, rec: &CheckpointRecord) -> BTreeMap<u32, Vec<(Vec<u8>, Vec<u8>)>> {
+    fn read_all(
+        store: &Store,
+        op: &str,
+        rec: &CheckpointRecord,
+    ) -> BTreeMap<u32, Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = BTreeMap::new();
         for b in &rec.operator(op).unwrap().bins {
-            let e: Vec<_> = store.read_bin(op, b).flat_map(|c| c.unwrap().entries).collect();
+            let e: Vec<_> = store
+                .read_bin(op, b)
+                .flat_map(|c| c.unwrap().entries)
+                .collect();
             out.insert(b.bin, e);
         }
         out
@@ -391,12 +532,29 @@ mod tests {
     fn unwritten_bins_carry_over_and_emptied_ones_go() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
-        let w = |bin, n, tag| BinWrite { op: "win".into(), bin, entries: entries(bin, n, tag) };
-        let (r1, stats) = store.commit(record(1, &["win"]), vec![w(0, 5, 1), w(7, 20_000, 1)], &[]).unwrap();
+        let w = |bin, n, tag| BinWrite {
+            op: "win".into(),
+            bin,
+            entries: entries(bin, n, tag),
+        };
+        let (r1, stats) = store
+            .commit(record(1, &["win"]), vec![w(0, 5, 1), w(7, 20_000, 1)], &[])
+            .unwrap();
         assert_eq!(stats.entries, 20_005);
-        assert!(r1.operator("win").unwrap().bins[1].chunks > 1, "a large bin spans several chunks");
-        let (r2, _) = store.commit(record(2, &["win"]), vec![w(3, 2, 2)], &[("win".into(), 0)]).unwrap();
-        let bins: Vec<u32> = r2.operator("win").unwrap().bins.iter().map(|b| b.bin).collect();
+        assert!(
+            r1.operator("win").unwrap().bins[1].chunks > 1,
+            "a large bin spans several chunks"
+        );
+        let (r2, _) = store
+            .commit(record(2, &["win"]), vec![w(3, 2, 2)], &[("win".into(), 0)])
+            .unwrap();
+        let bins: Vec<u32> = r2
+            .operator("win")
+            .unwrap()
+            .bins
+            .iter()
+            .map(|b| b.bin)
+            .collect();
         assert_eq!(bins, vec![3, 7]);
         let state = read_all(&store, "win", &r2);
         assert_eq!(state[&7], entries(7, 20_000, 1));
@@ -416,8 +574,28 @@ mod tests {
     fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
-        let (r1, _) = store.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 10, 1) }], &[]).unwrap();
-        let (r2, _) = store.commit(record(2, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 10, 2) }], &[]).unwrap();
+        let (r1, _) = store
+            .commit(
+                record(1, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 1,
+                    entries: entries(1, 10, 1),
+                }],
+                &[],
+            )
+            .unwrap();
+        let (r2, _) = store
+            .commit(
+                record(2, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 1,
+                    entries: entries(1, 10, 2),
+                }],
+                &[],
+            )
+            .unwrap();
         // Flip a byte of checkpoint 2's chunk, as a failing disk would.
         let tree = store.tree("win").unwrap();
         let key = chunk_key(1, 2, 0);
@@ -429,7 +607,12 @@ mod tests {
         let restored = store.restore_point().unwrap();
         let record = restored.record.unwrap();
         assert_eq!(record, r1);
-        assert!(restored.warnings[0].contains("checkpoint 2") && restored.warnings[0].contains("checksum mismatch"), "{:?}", restored.warnings);
+        assert!(
+            restored.warnings[0].contains("checkpoint 2")
+                && restored.warnings[0].contains("checksum mismatch"),
+            "{:?}",
+            restored.warnings
+        );
         assert_eq!(read_all(&store, "win", &record)[&1], entries(1, 10, 1));
         let _ = r2;
     }
@@ -439,11 +622,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
         for id in 1..=5u64 {
-            store.commit(record(id, &["win"]), vec![BinWrite { op: "win".into(), bin: (id % 2) as u32, entries: entries(0, 3, id as u8) }], &[]).unwrap();
+            store
+                .commit(
+                    record(id, &["win"]),
+                    vec![BinWrite {
+                        op: "win".into(),
+                        bin: (id % 2) as u32,
+                        entries: entries(0, 3, id as u8),
+                    }],
+                    &[],
+                )
+                .unwrap();
         }
         let ids: Vec<u64> = store.records().iter().map(|(id, _, _)| *id).collect();
         assert_eq!(ids, vec![5, 4]);
-        let versions: BTreeSet<u64> = store.tree("win").unwrap().iter().keys().map(|k| parse_chunk_key(&k.unwrap()).unwrap().1).collect();
+        let versions: BTreeSet<u64> = store
+            .tree("win")
+            .unwrap()
+            .iter()
+            .keys()
+            .map(|k| parse_chunk_key(&k.unwrap()).unwrap().1)
+            .collect();
         // Checkpoint 5: bin 1 at v5, bin 0 at v4; checkpoint 4: bin 0 at v4,
         // bin 1 at v3. Versions 1 and 2 are unreferenced and gone.
         assert_eq!(versions, BTreeSet::from([3, 4, 5]));
@@ -453,25 +652,64 @@ mod tests {
     fn uncommitted_leftovers_are_dropped_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
-        store.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 1, entries: entries(1, 3, 1) }], &[]).unwrap();
+        store
+            .commit(
+                record(1, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 1,
+                    entries: entries(1, 3, 1),
+                }],
+                &[],
+            )
+            .unwrap();
         // A crash after writing checkpoint 2's chunks, before its record.
-        store.tree("win").unwrap().insert(chunk_key(1, 2, 0), Chunk::default().encode()).unwrap();
+        store
+            .tree("win")
+            .unwrap()
+            .insert(chunk_key(1, 2, 0), Chunk::default().encode())
+            .unwrap();
         drop(store);
         let store = Store::open(dir.path(), 8 << 20).unwrap();
         assert_eq!(store.restore_point().unwrap().record.unwrap().id, 1);
-        assert!(store.tree("win").unwrap().get(chunk_key(1, 2, 0)).unwrap().is_none());
+        assert!(
+            store
+                .tree("win")
+                .unwrap()
+                .get(chunk_key(1, 2, 0))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn a_bin_exported_from_one_store_imports_into_another() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let src = Store::open(a.path(), 8 << 20).unwrap();
-        let (rec, _) = src.commit(record(1, &["win"]), vec![BinWrite { op: "win".into(), bin: 9, entries: entries(9, 30_000, 7) }], &[]).unwrap();
+        let (rec, _) = src
+            .commit(
+                record(1, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 9,
+                    entries: entries(9, 30_000, 7),
+                }],
+                &[],
+            )
+            .unwrap();
         let bin = rec.operator("win").unwrap().bins[0];
         let dst = Store::open(b.path(), 8 << 20).unwrap();
-        let imported = dst.import_bin("win", 9, src.raw_chunks("win", &bin).map(Result::unwrap)).unwrap();
-        assert_eq!((imported.entries, imported.chunks), (bin.entries, bin.chunks));
-        let got: Vec<_> = dst.read_bin("win", &imported).flat_map(|c| c.unwrap().entries).collect();
+        let imported = dst
+            .import_bin("win", 9, src.raw_chunks("win", &bin).map(Result::unwrap))
+            .unwrap();
+        assert_eq!(
+            (imported.entries, imported.chunks),
+            (bin.entries, bin.chunks)
+        );
+        let got: Vec<_> = dst
+            .read_bin("win", &imported)
+            .flat_map(|c| c.unwrap().entries)
+            .collect();
         assert_eq!(got, entries(9, 30_000, 7));
     }
 }

@@ -10,7 +10,11 @@ pub(super) struct DirtyBins {
 
 impl DirtyBins {
     pub(super) fn new(bins: u32) -> DirtyBins {
-        DirtyBins { bins, words: vec![0; (bins as usize).div_ceil(64)], any: false }
+        DirtyBins {
+            bins,
+            words: vec![0; (bins as usize).div_ceil(64)],
+            any: false,
+        }
     }
 
     pub(super) fn bins(&self) -> u32 {

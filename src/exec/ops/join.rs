@@ -17,10 +17,10 @@ use hashbrown::HashMap;
 
 use super::dirty::{BinEntries, DirtyBins};
 use super::timers::KeyTimers;
-use crate::exec::checkpoint::Snapshot;
 use super::window_state::Owned;
 use crate::config::JoinMode;
 use crate::data::{Batch, BatchBuilder, ValueRef};
+use crate::exec::checkpoint::Snapshot;
 use crate::exec::operator::{OpCtx, Operator};
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::tumbling_start;
@@ -52,7 +52,7 @@ pub(crate) struct Join {
     by_bin: Vec<KeyMap>,
     /// Tumbling joins: window start → per bin, key → rows.
     by_window: BTreeMap<i64, Vec<KeyMap>>,
-        /// Interval joins: when keys may have rows to drop → (bin, key).
+    /// Interval joins: when keys may have rows to drop → (bin, key).
     expiry: KeyTimers,
     /// Bins changed since the last checkpoint.
     dirty: DirtyBins,
@@ -72,7 +72,7 @@ impl Join {
             bins,
             by_bin,
             by_window: BTreeMap::new(),
-                        expiry: KeyTimers::default(),
+            expiry: KeyTimers::default(),
             dirty: DirtyBins::new(bins),
             watermark: i64::MIN,
             batch_size,
@@ -166,7 +166,7 @@ impl Operator for Join {
                         .by_window
                         .entry(start)
                         .or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
-                                        let sides = entry(&mut maps[bin], &self.key_scratch);
+                    let sides = entry(&mut maps[bin], &self.key_scratch);
                     sides.rows[port].push(capture(&batch, row));
                     self.dirty.mark_bin(bin as u32);
                 }
@@ -187,7 +187,7 @@ impl Operator for Join {
                             Self::emit_pair(&plan, l, r, None, &mut out);
                         }
                     }
-                                        sides.rows[port].push(new);
+                    sides.rows[port].push(new);
                     self.dirty.mark_bin(bin as u32);
                     let expires = ts.saturating_add(within_ms);
                     self.expiry.schedule(expires, bin as u32, &self.key_scratch);
@@ -217,7 +217,7 @@ impl Operator for Join {
                     if end - 1 > watermark {
                         break;
                     }
-                                        for (bin, map) in entry.remove().into_iter().enumerate() {
+                    for (bin, map) in entry.remove().into_iter().enumerate() {
                         if !map.is_empty() {
                             self.dirty.mark_bin(bin as u32);
                         }
@@ -238,7 +238,7 @@ impl Operator for Join {
                 // A row at `ts` can still match rows up to `ts + within`;
                 // once the watermark is past that, no on-time row can.
                 for (bin, key) in self.expiry.pop_until(watermark.saturating_sub(1)) {
-                                        let map = &mut self.by_bin[bin as usize];
+                    let map = &mut self.by_bin[bin as usize];
                     let Some(sides) = map.get_mut(&key) else {
                         continue;
                     };
@@ -272,7 +272,11 @@ impl Operator for Join {
         for (start, maps) in &self.by_window {
             for (bin, map) in maps.iter().enumerate() {
                 if let Some(slot) = out.slot(bin as u32) {
-                    slot.extend(map.iter().map(|(k, sides)| ([&start.to_be_bytes()[..], k].concat(), encode(sides))));
+                    slot.extend(
+                        map.iter().map(|(k, sides)| {
+                            ([&start.to_be_bytes()[..], k].concat(), encode(sides))
+                        }),
+                    );
                 }
             }
         }
@@ -282,22 +286,34 @@ impl Operator for Join {
     fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
         let widths = [self.plan.left_width, self.plan.right_width];
         for (key, value) in entries {
-            let sides: Sides = postcard::from_bytes(&value).map_err(|e| format!("undecodable join state: {e}"))?;
-            if sides.rows.iter().zip(widths).any(|(rows, w)| rows.iter().any(|r| r.values.len() != w)) {
+            let sides: Sides =
+                postcard::from_bytes(&value).map_err(|e| format!("undecodable join state: {e}"))?;
+            if sides
+                .rows
+                .iter()
+                .zip(widths)
+                .any(|(rows, w)| rows.iter().any(|r| r.values.len() != w))
+            {
                 return Err("stored rows have other fields than the join's inputs".into());
             }
             match self.plan.mode {
                 JoinMode::Interval { within_ms } => {
                     for r in sides.rows.iter().flatten() {
-                        self.expiry.schedule(r.ts.saturating_add(within_ms), bin, &key);
+                        self.expiry
+                            .schedule(r.ts.saturating_add(within_ms), bin, &key);
                     }
                     self.by_bin[bin as usize].insert(key.into_boxed_slice(), sides);
                 }
                 JoinMode::Tumbling { .. } => {
-                    let (start, group) = key.split_at_checked(8).ok_or("a join window key is too short")?;
+                    let (start, group) = key
+                        .split_at_checked(8)
+                        .ok_or("a join window key is too short")?;
                     let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
                     let bins = self.bins as usize;
-                    let maps = self.by_window.entry(start).or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
+                    let maps = self
+                        .by_window
+                        .entry(start)
+                        .or_insert_with(|| (0..bins).map(|_| KeyMap::new()).collect());
                     maps[bin as usize].insert(group.into(), sides);
                 }
             }

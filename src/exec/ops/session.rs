@@ -8,10 +8,10 @@ use hashbrown::HashMap;
 
 use super::dirty::{BinEntries, DirtyBins};
 use super::timers::KeyTimers;
-use crate::exec::checkpoint::Snapshot;
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder};
+use crate::exec::checkpoint::Snapshot;
 use crate::exec::operator::{OpCtx, Operator};
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::{Window as Span, session_window};
@@ -55,7 +55,7 @@ impl SessionWindow {
             bins,
             gap_ms,
             state: (0..bins).map(|_| HashMap::new()).collect(),
-                        timers: KeyTimers::default(),
+            timers: KeyTimers::default(),
             dirty: DirtyBins::new(bins),
             watermark: i64::MIN,
             last_ingest_ns: 0,
@@ -171,7 +171,7 @@ impl Operator for SessionWindow {
             } else {
                 fire_at
             };
-                        sessions.insert(at, merged);
+            sessions.insert(at, merged);
             self.timers.schedule(timer, bin, &self.key_scratch);
             self.dirty.mark_bin(bin);
             self.flush(&mut out, ctx, false);
@@ -189,7 +189,7 @@ impl Operator for SessionWindow {
         self.watermark = watermark;
         let plan = self.plan.clone();
         let mut out = BatchBuilder::new(plan.output.clone(), self.batch_size, true);
-                for (bin, key) in self.timers.pop_until(watermark) {
+        for (bin, key) in self.timers.pop_until(watermark) {
             let Some(sessions) = self.state[bin as usize].get_mut(&key) else {
                 continue;
             };
@@ -235,9 +235,14 @@ impl Operator for SessionWindow {
         }
         let mut out = BinEntries::new(self.bins, dirty);
         for (bin, keys) in self.state.iter().enumerate() {
-            let Some(slot) = out.slot(bin as u32) else { continue };
+            let Some(slot) = out.slot(bin as u32) else {
+                continue;
+            };
             for (key, sessions) in keys {
-                slot.push((key.to_vec(), postcard::to_stdvec(sessions).expect("sessions encode")));
+                slot.push((
+                    key.to_vec(),
+                    postcard::to_stdvec(sessions).expect("sessions encode"),
+                ));
             }
         }
         out.finish()
@@ -246,13 +251,20 @@ impl Operator for SessionWindow {
     fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
         let lateness = self.plan.allowed_lateness_ms;
         for (key, value) in entries {
-            let sessions: Vec<Session> = postcard::from_bytes(&value).map_err(|e| format!("undecodable session state: {e}"))?;
-            if sessions.iter().any(|s| s.num.len() != self.aggs.num_len() || s.other.len() != self.aggs.other_len()) {
+            let sessions: Vec<Session> = postcard::from_bytes(&value)
+                .map_err(|e| format!("undecodable session state: {e}"))?;
+            if sessions.iter().any(|s| {
+                s.num.len() != self.aggs.num_len() || s.other.len() != self.aggs.other_len()
+            }) {
                 return Err("the sessions hold other aggregates than the window computes".into());
             }
             for s in &sessions {
                 // The timer that would have been pending: fire, or purge.
-                let at = if s.fired { s.span.max_timestamp().saturating_add(lateness) } else { s.span.max_timestamp() };
+                let at = if s.fired {
+                    s.span.max_timestamp().saturating_add(lateness)
+                } else {
+                    s.span.max_timestamp()
+                };
                 self.timers.schedule(at, bin, &key);
             }
             self.state[bin as usize].insert(key.into_boxed_slice(), sessions);

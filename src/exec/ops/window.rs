@@ -19,11 +19,11 @@ use hashbrown::HashTable;
 
 use super::dirty::{BinEntries, DirtyBins};
 use super::window_state::{AccState, Aggregates, Inputs};
-use crate::exec::checkpoint::Snapshot;
-use crate::kernel::hash::bin_of;
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, GroupKey};
+use crate::exec::checkpoint::Snapshot;
 use crate::exec::operator::{OpCtx, Operator};
+use crate::kernel::hash::bin_of;
 use crate::kernel::window::{hopping_windows, tumbling_start};
 use crate::plan::WindowPlan;
 
@@ -43,7 +43,7 @@ pub(crate) struct Window<K: GroupKey> {
     batch_size: usize,
     key_scratch: Vec<u8>,
     late_rows: Vec<u32>,
-        /// Already-fired windows updated by late records: (start, hash, index).
+    /// Already-fired windows updated by late records: (start, hash, index).
     refire: Vec<(i64, u64, u32)>,
     /// Bins changed since the last checkpoint.
     dirty: DirtyBins,
@@ -142,7 +142,12 @@ impl<K: GroupKey> Pane<K> {
     /// Adds a key with the given accumulators (restored from a checkpoint).
     fn insert(&mut self, hash: u64, key: K, num: &[u64], other: Vec<AccState>) {
         let index = self.table.len() as u32;
-        let mut entry = Entry { hash, key, index, num: [0; INLINE_WORDS] };
+        let mut entry = Entry {
+            hash,
+            key,
+            index,
+            num: [0; INLINE_WORDS],
+        };
         if num.len() > INLINE_WORDS {
             self.spill.extend_from_slice(num);
         } else {
@@ -209,7 +214,7 @@ impl Output<'_, '_> {
 }
 
 impl<K: GroupKey> Window<K> {
-        pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
+    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
         let (size_ms, slide_ms) = match plan.kind {
             WindowKind::Tumbling { size_ms } => (size_ms, size_ms),
             WindowKind::Hopping { size_ms, slide_ms } => (size_ms, slide_ms),
@@ -226,7 +231,7 @@ impl<K: GroupKey> Window<K> {
             last_ingest_ns: 0,
             batch_size,
             key_scratch: Vec::new(),
-                        late_rows: Vec::new(),
+            late_rows: Vec::new(),
             refire: Vec::new(),
             dirty: DirtyBins::new(bins),
         }
@@ -264,7 +269,13 @@ impl<K: GroupKey> Operator for Window<K> {
         let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
-                let (windows, aggs, scratch, refire, dirty) = (&mut self.windows, &self.aggs, &mut self.key_scratch, &mut self.refire, &mut self.dirty);
+        let (windows, aggs, scratch, refire, dirty) = (
+            &mut self.windows,
+            &self.aggs,
+            &mut self.key_scratch,
+            &mut self.refire,
+            &mut self.dirty,
+        );
         let expected = self.expected_keys;
         let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
@@ -293,7 +304,7 @@ impl<K: GroupKey> Operator for Window<K> {
                         ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                                        let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     dirty.mark(hash);
                     if panes.fired {
                         refire.push((start, hash, e));
@@ -309,7 +320,7 @@ impl<K: GroupKey> Operator for Window<K> {
                     let panes = windows
                         .entry(w.start)
                         .or_insert_with(|| Panes::new(w.end, expected));
-                                        let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     dirty.mark(hash);
                     if panes.fired {
                         refire.push((w.start, hash, e));
@@ -365,7 +376,7 @@ impl<K: GroupKey> Operator for Window<K> {
         out.done();
         let lateness = plan.allowed_lateness_ms;
         while let Some(entry) = self.windows.first_entry() {
-                        if !Self::expired(entry.get().end, lateness, watermark) {
+            if !Self::expired(entry.get().end, lateness, watermark) {
                 break;
             }
             // Its keys leave the state: their bins change.
@@ -386,7 +397,9 @@ impl<K: GroupKey> Operator for Window<K> {
         let o = self.aggs.other_len();
         for (&start, panes) in &self.windows {
             for entry in panes.pane.table.iter() {
-                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else { continue };
+                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else {
+                    continue;
+                };
                 let mut key = start.to_be_bytes().to_vec();
                 entry.key.encode(&self.plan.key, &mut key);
                 let i = entry.index as usize;
@@ -395,7 +408,10 @@ impl<K: GroupKey> Operator for Window<K> {
                     num: panes.pane.num(entry, words)[..words].to_vec(),
                     other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
                 };
-                slot.push((key, postcard::to_stdvec(&stored).expect("window state encodes")));
+                slot.push((
+                    key,
+                    postcard::to_stdvec(&stored).expect("window state encodes"),
+                ));
             }
         }
         out.finish()
@@ -406,15 +422,30 @@ impl<K: GroupKey> Operator for Window<K> {
         for (key, value) in entries {
             let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
             let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
-            let stored: StoredEntry = postcard::from_bytes(&value).map_err(|e| format!("undecodable window state: {e}"))?;
+            let stored: StoredEntry = postcard::from_bytes(&value)
+                .map_err(|e| format!("undecodable window state: {e}"))?;
             if stored.num.len() != words || stored.other.len() != o {
-                return Err(format!("a key holds {} + {} accumulators, the window computes {} + {}", stored.num.len(), stored.other.len(), words, o));
+                return Err(format!(
+                    "a key holds {} + {} accumulators, the window computes {} + {}",
+                    stored.num.len(),
+                    stored.other.len(),
+                    words,
+                    o
+                ));
             }
             let end = start + self.size_ms;
-            let panes = self.windows.entry(start).or_insert_with(|| Panes::new(end, 0));
+            let panes = self
+                .windows
+                .entry(start)
+                .or_insert_with(|| Panes::new(end, 0));
             panes.fired = stored.fired;
             let hash = self.plan.key.hash_encoded(group);
-            panes.pane.insert(hash, K::from_encoded(&self.plan.key, group), &stored.num, stored.other);
+            panes.pane.insert(
+                hash,
+                K::from_encoded(&self.plan.key, group),
+                &stored.num,
+                stored.other,
+            );
             self.expected_keys = self.expected_keys.max(panes.pane.table.len());
         }
         Ok(())
