@@ -168,7 +168,7 @@ impl<const KEYS: usize, const WORDS: usize> Slot<KEYS, WORDS> {
 /// `heapless`'s index map). `WINDOWS` bounds how far apart, in windows, the
 /// oldest open window and the newest record can be: with out-of-orderness
 /// `d` and allowed lateness `l`, `(d + l) / size + 2` slots are always
-/// enough. State is `WINDOWS * KEYS * (WORDS * 8 + ~16)` bytes.
+/// enough. State is about `WINDOWS * KEYS * (WORDS * 8 + 20)` bytes.
 ///
 /// Feed records with [`handle_record`](Self::handle_record) and advance
 /// time with [`handle_watermark`](Self::handle_watermark); rows come out
