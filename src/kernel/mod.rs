@@ -6,6 +6,7 @@
 
 pub mod agg;
 pub mod counters;
+pub mod fixed;
 pub mod hash;
 pub mod watermark;
 pub mod window;
