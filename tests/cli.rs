@@ -275,8 +275,18 @@ fn a_missing_input_file_is_named_and_nothing_starts() {
 #[test]
 fn a_closed_stdout_stops_an_endless_pipeline() {
     let s = Scratch::new();
-    let config = endless(&s, None, "[sinks.out]\ntype = \"stdout\"\ninputs = [\"readings\"]");
-    let mut child = eddy().arg("run").arg(&config).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let config = endless(
+        &s,
+        None,
+        "[sinks.out]\ntype = \"stdout\"\ninputs = [\"readings\"]",
+    );
+    let mut child = eddy()
+        .arg("run")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Read one line, then close the pipe, as `eddy run ... | head -1` does.
     let mut stdout = child.stdout.take().unwrap();
     let mut first = [0u8; 64];
