@@ -103,6 +103,10 @@ pub struct MembershipConfig {
     /// How often to announce to discovered peers and members we believe
     /// down (this heals partitions).
     pub rejoin_interval: Duration,
+    /// How often this node's payload is published again even if unchanged:
+    /// broadcasts are repeated only a few times, and a node that was
+    /// partitioned away or lost them must still catch up.
+    pub payload_refresh: Duration,
     /// Largest payload a node may publish.
     pub max_payload_bytes: usize,
     /// Largest packet; must fit a QUIC datagram on a 1200-byte path.
@@ -116,6 +120,7 @@ impl Default for MembershipConfig {
             suspect_timeout: Duration::from_secs(3),
             cluster_size_hint: 8,
             rejoin_interval: Duration::from_secs(5),
+            payload_refresh: Duration::from_secs(10),
             max_payload_bytes: 512,
             max_packet_bytes: 1024,
         }
@@ -169,9 +174,12 @@ pub struct Membership {
     payload_seq: u64,
     candidates: BTreeSet<SocketAddr>,
     next_rejoin: Instant,
+    next_payload_refresh: Instant,
     rtt: BTreeMap<SocketAddr, Duration>,
     last_seen: BTreeMap<SocketAddr, Instant>,
     dropped: u64,
+    #[cfg(test)]
+    pub(crate) errors: Vec<String>,
 }
 
 impl Membership {
@@ -217,9 +225,12 @@ impl Membership {
             payload_seq: 0,
             candidates: BTreeSet::new(),
             next_rejoin: now,
+            next_payload_refresh: now,
             rtt: BTreeMap::new(),
             last_seen: BTreeMap::new(),
             dropped: 0,
+            #[cfg(test)]
+            errors: Vec::new(),
             config,
         }
     }
@@ -272,8 +283,11 @@ impl Membership {
                 .map(|(i, _)| i);
             let Some(i) = due else { break };
             let (_, _, timer) = self.timers.swap_remove(i);
+            let what = format!("{timer:?}");
             if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
-                tracing::debug!("membership timer: {e}");
+                tracing::warn!("membership timer {what}: {e}");
+                #[cfg(test)]
+                self.errors.push(format!("timer {what}: {e}"));
             }
             self.drain(now);
         }
@@ -281,16 +295,35 @@ impl Membership {
             self.next_rejoin = now + self.config.rejoin_interval;
             let active: BTreeSet<SocketAddr> =
                 self.foca.iter_members().map(|m| m.id().addr).collect();
-            let targets: Vec<SocketAddr> = self
+            let mut targets: Vec<SocketAddr> = self
                 .candidates
                 .iter()
                 .filter(|a| !active.contains(a))
                 .copied()
                 .collect();
+            // After foca renews our identity (we were declared down) it
+            // stays offline, probing nobody, until a member sends it news;
+            // in a partition every node of a side can end up waiting so.
+            // Without a pending probe timer we are offline: announce to the
+            // members we know, whose answers bring foca back.
+            let probing = self
+                .timers
+                .iter()
+                .any(|t| matches!(t.2, Timer::ProbeRandomMember(_)));
+            if !probing {
+                targets.extend(active.iter().copied());
+            }
             for addr in targets {
                 self.announce_to(addr);
             }
             self.drain(now);
+        }
+        if now >= self.next_payload_refresh {
+            self.next_payload_refresh = now + self.config.payload_refresh;
+            if self.own_payload.is_some() {
+                self.publish_payload();
+                self.drain(now);
+            }
         }
     }
 
@@ -329,8 +362,11 @@ impl Membership {
 
     /// When to call [`Membership::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let timer = self.timers.iter().map(|t| t.0).min();
-        Some(timer.map_or(self.next_rejoin, |t| t.min(self.next_rejoin)))
+        let mut next = self.next_rejoin;
+        if self.own_payload.is_some() {
+            next = next.min(self.next_payload_refresh);
+        }
+        Some(self.timers.iter().map(|t| t.0).fold(next, Instant::min))
     }
 
     /// The next membership change.
@@ -371,6 +407,39 @@ impl Membership {
         }
         rows.sort_by_key(|r| r.id.addr);
         rows
+    }
+
+    #[cfg(test)]
+    pub(crate) fn debug_state(&self, now: Instant) -> String {
+        let members: Vec<String> = self
+            .foca
+            .iter_membership_state()
+            .map(|m| {
+                format!(
+                    "{}#{}:{:?}@{}",
+                    m.id().name,
+                    m.id().incarnation,
+                    m.state(),
+                    m.incarnation()
+                )
+            })
+            .collect();
+        let timers: Vec<String> = self
+            .timers
+            .iter()
+            .map(|t| {
+                format!(
+                    "{:?}+{}ms",
+                    t.2,
+                    t.0.saturating_duration_since(now).as_millis()
+                )
+            })
+            .collect();
+        format!(
+            "{:?} members {members:?} timers {timers:?} errors {:?}",
+            self.identity(),
+            self.errors
+        )
     }
 
     fn announce_to(&mut self, addr: SocketAddr) {
@@ -428,6 +497,13 @@ impl Membership {
             });
         }
         while let Some(n) = self.runtime.to_notify() {
+            #[cfg(test)]
+            if matches!(
+                n,
+                OwnedNotification::Idle | OwnedNotification::Active | OwnedNotification::Defunct
+            ) {
+                self.errors.push(format!("{n:?}"));
+            }
             let event = match n {
                 OwnedNotification::MemberUp(id) => {
                     // A newcomer missed earlier broadcasts: send ours again.
