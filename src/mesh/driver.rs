@@ -169,6 +169,14 @@ impl MeshNode {
     }
 }
 
+impl Drop for MeshNode {
+    /// Closes every connection at once: peers see the node gone as they
+    /// would a crash, unless [`MeshNode::leave`] was called first.
+    fn drop(&mut self) {
+        self.endpoint.close();
+    }
+}
+
 struct Driver {
     endpoint: MeshEndpoint,
     membership: Membership,

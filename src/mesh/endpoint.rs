@@ -109,6 +109,20 @@ impl std::fmt::Display for MeshError {
 
 impl std::error::Error for MeshError {}
 
+impl MeshError {
+    /// The reason alone, without the address (for log lines that already
+    /// name the peer).
+    pub fn reason(&self) -> String {
+        match self {
+            MeshError::Handshake { reason, .. } | MeshError::Refused { reason, .. } => {
+                reason.clone()
+            }
+            MeshError::Timeout { what, .. } => format!("{what} timed out"),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// What every connection of this endpoint shares.
 struct Shared {
     hello: Hello,
@@ -321,7 +335,7 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>, tx: flume::
                 }
                 Err(e) => {
                     MeshMetrics::bump(&shared.metrics.handshakes_refused, 1);
-                    tracing::warn!(%addr, "refused connection from {addr}: {e}");
+                    tracing::warn!(%addr, "refused connection from {addr}: {}", e.reason());
                 }
             }
         })
@@ -486,7 +500,19 @@ fn describe(e: &ConnectionError) -> String {
             )
         }
         ConnectionError::ConnectionClosed(c) => format!("closed by the peer: {}", c.error_code),
-        other => other.to_string(),
+        other => clean_tls_reason(&other.to_string()),
+    }
+}
+
+/// rustls shows custom certificate errors as `Other(OtherError(msg))`:
+/// keep the message.
+fn clean_tls_reason(s: &str) -> String {
+    const WRAP: &str = "Other(OtherError(";
+    match (s.find(WRAP), s.rfind("))")) {
+        (Some(a), Some(b)) if b > a => {
+            format!("{}{}{}", &s[..a], &s[a + WRAP.len()..b], &s[b + 2..])
+        }
+        _ => s.to_string(),
     }
 }
 

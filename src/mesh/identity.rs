@@ -178,29 +178,53 @@ impl NodeIdentity {
     }
 }
 
+/// A refusal with a message meant for a person; rustls shows it through
+/// `Debug`, so `Debug` prints the message alone.
+struct Refusal(String);
+
+impl std::fmt::Debug for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+fn refusal(msg: String) -> rustls::Error {
+    rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(Arc::new(
+        Refusal(msg),
+    ))))
+}
+
+/// WebPKI's "unknown issuer" and "bad signature" both mean "not from our
+/// CA" here (two CAs of one cluster name look alike by name): say so.
+fn explain(e: rustls::Error, cluster: &str) -> rustls::Error {
+    match e {
+        rustls::Error::InvalidCertificate(
+            ref c @ (CertificateError::UnknownIssuer | CertificateError::BadSignature),
+        ) => refusal(format!(
+            "certificate is not signed by the CA of cluster `{cluster}` ({c:?})"
+        )),
+        other => other,
+    }
+}
+
 /// The refusal for a certificate of another cluster, naming both.
 fn wrong_cluster(end_entity: &CertificateDer<'_>, cluster: &str) -> rustls::Error {
     let theirs = ca::summarize(end_entity)
         .ok()
         .and_then(|s| s.cluster)
         .unwrap_or_else(|| "?".into());
-    rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(Arc::new(
-        ClusterMismatch(format!(
-            "certificate is for cluster `{theirs}`, this node is in cluster `{cluster}`"
-        )),
-    ))))
+    refusal(format!(
+        "certificate is for cluster `{theirs}`, this node is in cluster `{cluster}`"
+    ))
 }
-
-#[derive(Debug)]
-struct ClusterMismatch(String);
-
-impl std::fmt::Display for ClusterMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ClusterMismatch {}
 
 /// Is the certificate valid for the cluster's DNS name?
 fn names_cluster(end_entity: &CertificateDer<'_>, cluster: &str) -> bool {
@@ -232,7 +256,8 @@ impl ClientCertVerifier for ClusterClientVerifier {
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
         self.inner
-            .verify_client_cert(end_entity, intermediates, now)?;
+            .verify_client_cert(end_entity, intermediates, now)
+            .map_err(|e| explain(e, &self.cluster))?;
         if !names_cluster(end_entity, &self.cluster) {
             return Err(wrong_cluster(end_entity, &self.cluster));
         }
@@ -289,7 +314,7 @@ impl ServerCertVerifier for ClusterServerVerifier {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Err(wrong_cluster(end_entity, &self.cluster)),
-            other => other,
+            other => other.map_err(|e| explain(e, &self.cluster)),
         }
     }
 
