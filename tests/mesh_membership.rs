@@ -173,3 +173,48 @@ fn nodes_converge_detect_a_dead_node_and_see_it_rejoin() {
         .snapshot();
     assert_eq!(m.malformed_frames, 0, "{m:?}");
 }
+
+#[test]
+fn nodes_start_from_mesh_config_with_static_seeds() {
+    use eddy::daemon::cluster::mesh::{DiscoveryKind, MeshConfig};
+    logs();
+    let dir = tempfile::tempdir().expect("tmp");
+    let ca_dir = dir.path().join("ca");
+    eddy::daemon::cluster::mesh::init_ca_dir(&ca_dir, "blue", 30, false).expect("ca");
+    let addrs: Vec<SocketAddr> = (0..2)
+        .map(|i| free_port([127, 0, 0, 31 + i as u8]))
+        .collect();
+    let nodes: Vec<MeshNode> = (0..2)
+        .map(|i| {
+            let name = format!("node-{i}");
+            eddy::daemon::cluster::mesh::issue_to_dir(&ca_dir, dir.path(), &name, 30, false)
+                .expect("issue");
+            let mut c = MeshConfig::new(
+                ca_dir.join("ca.crt"),
+                dir.path().join(format!("{name}.crt")),
+                dir.path().join(format!("{name}.key")),
+            );
+            c.listen = addrs[i];
+            c.discovery = vec![DiscoveryKind::Static];
+            c.seeds = addrs.iter().map(ToString::to_string).collect();
+            c.cluster = Some("blue".into());
+            assert!(c.check().is_empty(), "{:?}", c.check());
+            // The `[node] name` must be the certificate's.
+            let e = MeshNode::start_from_config(&c, Some("someone-else"))
+                .err()
+                .expect("refused");
+            assert!(e.to_string().contains("is issued to `node-"), "{e}");
+            MeshNode::start_from_config(&c, Some(&name)).expect("start")
+        })
+        .collect();
+    let t = wait(
+        "2 nodes from config see each other",
+        Duration::from_secs(5),
+        || {
+            nodes
+                .iter()
+                .all(|n| addrs.iter().all(|a| sees(n, *a, MemberState::Alive)))
+        },
+    );
+    eprintln!("converged in {t:?}");
+}

@@ -26,9 +26,10 @@ pub struct MeshConfig {
     /// Address and UDP port the QUIC endpoint binds (listens and connects
     /// from the same socket). Default `0.0.0.0:7400`.
     pub listen: SocketAddr,
-    /// The address other nodes should use to reach this one, when `listen`
-    /// is a wildcard such as `0.0.0.0`. Default: `listen` if it is a concrete
-    /// address, else the address that mDNS or the first connection reveals.
+    /// The address other nodes should use to reach this one (it is the
+    /// node's address in membership). Default: `listen` if it is a concrete
+    /// address, else the first non-loopback IPv4 address of this host with
+    /// `listen`'s port. Set it on hosts with several networks.
     pub advertise: Option<SocketAddr>,
     /// Ways to find peers, tried together: `["mdns"]`, `["static"]` or both.
     /// Default `["static"]` when `seeds` is not empty, else `["mdns"]`.

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::discovery::Discovery;
+use super::config::{DiscoveryKind, MeshConfig};
+use super::discovery::{Combined, Discovery, MdnsDiscovery, StaticSeeds};
 use super::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer};
 use super::identity::NodeIdentity;
 use super::membership::{MemberId, MemberInfo, Membership, MembershipConfig, MembershipEvent};
@@ -76,13 +77,16 @@ impl MeshNode {
         discovery: Box<dyn Discovery>,
     ) -> Result<MeshNode, MeshError> {
         let endpoint = MeshEndpoint::bind(identity, options.listen, options.endpoint.clone())?;
-        let addr = options.advertise.unwrap_or_else(|| endpoint.local_addr());
-        if addr.ip().is_unspecified() {
-            return Err(MeshError::Setup(format!(
-                "listening on {} needs `advertise`: the address other nodes use for this one",
-                options.listen
-            )));
-        }
+        let addr = options
+            .advertise
+            .or_else(|| default_advertise(endpoint.local_addr()))
+            .ok_or_else(|| {
+                MeshError::Setup(format!(
+                    "listening on {} and no non-loopback IPv4 address found: set `advertise`, \
+                     the address other nodes use for this one",
+                    options.listen
+                ))
+            })?;
         let me = MemberId {
             addr,
             name: identity.node_name.clone(),
@@ -133,6 +137,62 @@ impl MeshNode {
         })
     }
 
+    /// Starts the mesh from the `[mesh]` section: loads and checks the
+    /// certificates (the node name is the certificate's; `node_name`, the
+    /// `[node] name`, must match it if given), then discovery and the
+    /// driver. What the daemon calls at start.
+    pub fn start_from_config(
+        config: &MeshConfig,
+        node_name: Option<&str>,
+    ) -> Result<MeshNode, MeshError> {
+        let identity = NodeIdentity::load(
+            &config.ca_cert,
+            &config.cert,
+            &config.key,
+            config.cluster.as_deref(),
+        )
+        .map_err(|e| MeshError::Setup(e.to_string()))?;
+        if let Some(name) = node_name
+            && name != identity.node_name
+        {
+            return Err(MeshError::Setup(format!(
+                "[node] name is `{name}` but {} is issued to `{}`",
+                config.cert.display(),
+                identity.node_name
+            )));
+        }
+        let mut options = NodeOptions::new(config.listen);
+        options.advertise = config.advertise;
+        options.endpoint.keep_alive = config.keep_alive;
+        options.endpoint.idle_timeout = config.idle_timeout;
+        options.endpoint.max_frame_bytes = config.max_frame_bytes;
+        options.membership.probe_period = config.probe_period;
+        options.membership.suspect_timeout = config.suspect_timeout;
+        let own = config.advertise.or(Some(config.listen));
+        let mut sources: Vec<Box<dyn Discovery>> = Vec::new();
+        for kind in &config.discovery {
+            match kind {
+                DiscoveryKind::Static => sources.push(Box::new(StaticSeeds::new(
+                    config.seeds.clone(),
+                    own,
+                    Duration::from_secs(10),
+                ))),
+                DiscoveryKind::Mdns => {
+                    let advertise = config.advertise.unwrap_or(config.listen);
+                    let mdns = MdnsDiscovery::start(
+                        &identity.cluster,
+                        &identity.node_name,
+                        advertise,
+                        None,
+                    )
+                    .map_err(MeshError::Setup)?;
+                    sources.push(Box::new(mdns));
+                }
+            }
+        }
+        MeshNode::start(&identity, options, Box::new(Combined(sources)))
+    }
+
     pub fn endpoint(&self) -> &MeshEndpoint {
         &self.endpoint
     }
@@ -167,6 +227,21 @@ impl MeshNode {
             let _ = super::endpoint::with_timeout(Duration::from_secs(1), rx.recv_async()).await;
         }
     }
+}
+
+/// The address to advertise for `local`: itself if concrete, else the
+/// first up, non-loopback, non-link-local IPv4 address of this host with
+/// the same port.
+fn default_advertise(local: SocketAddr) -> Option<SocketAddr> {
+    if !local.ip().is_unspecified() {
+        return Some(local);
+    }
+    let ifaces = if_addrs::get_if_addrs().ok()?;
+    ifaces
+        .iter()
+        .filter(|i| !i.is_loopback() && !i.is_link_local() && i.ip().is_ipv4())
+        .map(|i| SocketAddr::new(i.ip(), local.port()))
+        .next()
 }
 
 impl Drop for MeshNode {
