@@ -17,6 +17,8 @@ pub(crate) mod exec;
 #[cfg(feature = "std")]
 pub(crate) mod io;
 #[cfg(feature = "std")]
+pub(crate) mod mesh;
+#[cfg(feature = "std")]
 pub(crate) mod plan;
 #[cfg(feature = "std")]
 pub(crate) mod state;

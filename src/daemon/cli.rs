@@ -43,6 +43,47 @@ pub(crate) enum Command {
         #[command(subcommand)]
         workload: Workload,
     },
+    /// Manage the cluster CA and node certificates of the peer mesh.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ClusterAction {
+    /// Create a cluster CA: writes CA_DIR/ca.crt and CA_DIR/ca.key (0600).
+    Init {
+        /// Directory for the CA files (created if missing).
+        ca_dir: PathBuf,
+        /// The cluster name, recorded in every certificate; nodes refuse
+        /// peers of other clusters.
+        #[arg(long, default_value = "eddy")]
+        cluster: String,
+        /// Days the CA is valid.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue a node certificate: writes DIR/NODE_NAME.crt and DIR/NODE_NAME.key (0600).
+    Issue {
+        /// The CA directory written by `eddy cluster init`.
+        #[arg(long = "ca", value_name = "CA_DIR")]
+        ca_dir: PathBuf,
+        /// Where to write the node's files (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Days the certificate is valid (0 issues an already expired one, for tests).
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+        /// The node's name, as in `[node] name`.
+        node_name: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

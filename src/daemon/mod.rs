@@ -1,8 +1,9 @@
-//! Command-line entry points: `run`, `validate`, `bench`.
+//! Command-line entry points: `run`, `validate`, `bench`, `cluster`.
 
 pub mod api;
 mod bench;
 mod cli;
+pub mod cluster;
 mod load;
 mod run;
 mod stats;
@@ -21,6 +22,21 @@ pub fn main() -> ExitCode {
         cli::Command::Run { file, stats } => run::run(&file, stats),
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
+        cli::Command::Cluster { action } => match action {
+            cli::ClusterAction::Init {
+                ca_dir,
+                cluster,
+                days,
+                force,
+            } => cluster::init(&ca_dir, &cluster, days, force),
+            cli::ClusterAction::Issue {
+                ca_dir,
+                out,
+                days,
+                force,
+                node_name,
+            } => cluster::issue(&ca_dir, &out, &node_name, days, force),
+        },
     }
 }
 

@@ -1,0 +1,145 @@
+//! Record batches over the mesh: one QUIC stream on loopback (eddy's framed
+//! streams, mutual TLS, encryption) against a plain TCP stream carrying the
+//! same length-prefixed postcard frames, measured side by side and
+//! alternated in one run; the figure that matters is the ratio.
+//!
+//! `cargo bench --bench mesh -- [--quick]`
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Instant;
+
+use eddy::daemon::cluster::mesh::{
+    DataBatch, EndpointOptions, Frame, MeshEndpoint, NodeIdentity, decode, encode_to_vec,
+    generate_ca, issue_node,
+};
+
+const RECORDS: u32 = 1024;
+const RECORD_BYTES: usize = 32;
+const MAX_FRAME: usize = 1 << 20;
+
+fn frame(seq: u64) -> Frame {
+    Frame::Data(DataBatch {
+        seq,
+        records: RECORDS,
+        bytes: vec![(seq % 251) as u8; RECORDS as usize * RECORD_BYTES],
+    })
+}
+
+fn payload_bytes(frames: u64) -> f64 {
+    (frames * u64::from(RECORDS) * RECORD_BYTES as u64) as f64
+}
+
+/// MB/s of record payload through one QUIC stream.
+fn quic(frames: u64, a: &MeshEndpoint, b: &MeshEndpoint) -> f64 {
+    smol::block_on(async {
+        let to_b = a.connect(b.local_addr()).await.expect("connect");
+        let from_a = b.accept().await.expect("accept");
+        let start = Instant::now();
+        let sender = smol::spawn(async move {
+            let mut tx = to_b.open_data_stream(0, 0).await.expect("open");
+            for seq in 0..frames {
+                tx.send(&frame(seq)).await.expect("send");
+            }
+            tx.finish().expect("finish");
+            to_b
+        });
+        let (_, mut rx) = from_a.accept_stream().await.expect("accept stream");
+        let mut n = 0;
+        while let Some(f) = rx.recv().await.expect("recv") {
+            if let Frame::Data(d) = f {
+                assert_eq!(d.seq, n);
+                n += 1;
+            }
+        }
+        assert_eq!(n, frames);
+        let secs = start.elapsed().as_secs_f64();
+        sender.await.close("done");
+        payload_bytes(frames) / secs / 1e6
+    })
+}
+
+/// MB/s of record payload through one TCP stream, same frames.
+fn tcp(frames: u64) -> f64 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        for seq in 0..frames {
+            s.write_all(&encode_to_vec(&frame(seq), MAX_FRAME).expect("encode"))
+                .expect("write");
+        }
+    });
+    let (mut s, _) = listener.accept().expect("accept");
+    let mut buf = Vec::with_capacity(256 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut n = 0;
+    loop {
+        let mut used = 0;
+        while let Ok((f, len)) = decode(&buf[used..], MAX_FRAME) {
+            if let Frame::Data(d) = f {
+                assert_eq!(d.seq, n);
+                n += 1;
+            }
+            used += len;
+        }
+        buf.drain(..used);
+        let r = s.read(&mut chunk).expect("read");
+        if r == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..r]);
+    }
+    writer.join().expect("writer");
+    assert_eq!(n, frames);
+    payload_bytes(frames) / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (runs, frames) = if quick { (3, 256) } else { (5, 2048) };
+    let ca = generate_ca("bench", 1).expect("ca");
+    let id = |n: &str| {
+        NodeIdentity::from_pem(
+            &ca.cert_pem,
+            &issue_node(&ca, "bench", n, 1).expect("node"),
+            None,
+        )
+        .expect("id")
+    };
+    let (ia, ib) = (id("a"), id("b"));
+    let opts = EndpointOptions {
+        max_frame_bytes: MAX_FRAME,
+        ..EndpointOptions::default()
+    };
+    let (a, b) = smol::block_on(async {
+        (
+            MeshEndpoint::bind(&ia, "127.0.0.1:0".parse().expect("addr"), opts.clone())
+                .expect("bind"),
+            MeshEndpoint::bind(&ib, "127.0.0.2:0".parse().expect("addr"), opts).expect("bind"),
+        )
+    });
+    let mut q = Vec::new();
+    let mut t = Vec::new();
+    for run in 0..runs {
+        q.push(quic(frames, &a, &b));
+        t.push(tcp(frames));
+        println!("run {run}: QUIC {:.1} MB/s, TCP {:.1} MB/s", q[run], t[run]);
+    }
+    let (qm, tm) = (median(q), median(t));
+    let recs = |mbs: f64| mbs * 1e6 / RECORD_BYTES as f64 / 1e6;
+    println!(
+        "record batches ({RECORDS} x {RECORD_BYTES} B per frame, {frames} frames, median of {runs}): \
+         QUIC {qm:.1} MB/s ({:.2} M records/s), TCP {tm:.1} MB/s ({:.2} M records/s), QUIC/TCP = {:.2}",
+        recs(qm),
+        recs(tm),
+        qm / tm
+    );
+}
