@@ -1,12 +1,17 @@
-//! Command-line entry points: `run`, `validate`, `bench`, `cluster`.
+//! Command-line entry points: `run`, `validate`, `bench`, `cluster`,
+//! `peers`.
 
 pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
+mod http;
 mod load;
+mod peers;
 mod run;
+mod services;
 mod stats;
+mod status;
 
 use std::process::ExitCode;
 
@@ -22,6 +27,7 @@ pub fn main() -> ExitCode {
         cli::Command::Run { file, stats } => run::run(&file, stats),
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
+        cli::Command::Peers { api, json } => peers::peers(&api, json),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,
