@@ -28,3 +28,7 @@ pub use daemon::api::{
     ComponentStats, LatencyPercentiles, RunReport, WcountReport, run_pipeline_file,
     run_pipeline_str, wcount, wcount_expected,
 };
+/// The store's checkpoint and recovery path, for `cargo bench --bench state`.
+#[cfg(feature = "std")]
+#[doc(hidden)]
+pub use state::bench::{CheckpointFigures, Commit as CheckpointCommit, checkpoint_figures};

@@ -28,6 +28,9 @@ pub struct ComponentStats {
     pub true_rate: Option<f64>,
     pub errors: u64,
     pub late: u64,
+    /// Bins evicted to the store and loaded back (state over the cache).
+    pub state_evictions: u64,
+    pub state_loads: u64,
     /// Sinks only: end-to-end latency percentiles in microseconds.
     pub latency_us: Option<LatencyPercentiles>,
 }
@@ -81,6 +84,8 @@ fn run_plan(plan: crate::plan::Plan, taps: HashMap<String, Tap>) -> Result<RunRe
                 },
                 errors: c.errors,
                 late: c.late,
+                state_evictions: c.state_evictions,
+                state_loads: c.state_loads,
                 latency_us: c.latency_us.as_ref().filter(|h| !h.is_empty()).map(|h| {
                     LatencyPercentiles {
                         p50: h.value_at_quantile(0.5),

@@ -13,6 +13,8 @@
 //! insert. The two newest checkpoints are kept, so a record or chunk that
 //! fails its checksum falls back to the one before.
 
+#[doc(hidden)]
+pub mod bench;
 mod chunk;
 mod lock;
 mod record;

@@ -591,7 +591,7 @@ impl Store {
     }
 
     /// The store's size on disk.
-    #[allow(dead_code)] // for `eddy state inspect`, on its way
+
     pub(crate) fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }
