@@ -1,4 +1,4 @@
-//! Command-line entry points: `run`, `validate`, `bench`, `cluster`.
+//! Command-line entry points: `run`, `validate`, `bench`, `cluster`, `state`.
 
 pub mod api;
 mod bench;
@@ -6,6 +6,7 @@ mod cli;
 pub mod cluster;
 mod load;
 mod run;
+mod state;
 mod stats;
 
 use std::process::ExitCode;
@@ -36,6 +37,22 @@ pub fn main() -> ExitCode {
                 force,
                 node_name,
             } => cluster::issue(&ca_dir, &out, &node_name, days, force),
+        },
+        cli::Command::State { action } => match action {
+            cli::StateAction::Inspect { data_dir, json } => state::inspect(&data_dir, json),
+            cli::StateAction::Export {
+                data_dir,
+                operator,
+                bin,
+                checkpoint,
+                out,
+            } => state::export(&data_dir, &operator, bin, checkpoint, out.as_deref()),
+            cli::StateAction::Import {
+                data_dir,
+                operator,
+                bin,
+                file,
+            } => state::import(&data_dir, &operator, bin, file.as_deref()),
         },
     }
 }

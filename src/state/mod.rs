@@ -12,11 +12,16 @@
 //! flushed first (unreferenced until then), then its record, which is one
 //! insert. The two newest checkpoints are kept, so a record or chunk that
 //! fails its checksum falls back to the one before.
+//!
+//! [`transfer`] moves one bin between stores as a stream of its chunks;
+//! [`inspect`] describes what a data dir holds.
 
 mod chunk;
+pub(crate) mod inspect;
 mod lock;
 mod record;
 mod store;
+pub(crate) mod transfer;
 
 pub(crate) use chunk::{Chunk, decode_chunk};
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
