@@ -154,3 +154,74 @@ fn sigkill_at_random_moments_loses_nothing_at_least_once() {
         recovered.len()
     );
 }
+
+/// A config whose state is far larger than its cache.
+fn small_cache(s: &Scratch, name: &str, cache: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(config(s, name, "exactly_once")).unwrap();
+    let text = text
+        .replace(
+            "[checkpoint]",
+            &format!("[state]\ncache_bytes = \"{cache}\"\n[checkpoint]"),
+        )
+        // Long windows and many keys: a lot of state stays open.
+        .replace("size = \"1s\"", "size = \"20s\"")
+        .replace("interval = \"150ms\"", "interval = \"50ms\"");
+    s.write(&format!("{name}.toml"), &text)
+}
+
+#[test]
+fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
+    let s = Scratch::new();
+    let mut rng = Rng::new(9);
+    let mut text = String::new();
+    for i in 0..300_000i64 {
+        text.push_str(&format!(
+            "{{\"k\":{},\"v\":{},\"ts\":{}}}\n",
+            rng.below(50_000),
+            rng.below(100),
+            1_767_225_600_000 + i / 5
+        ));
+    }
+    s.write("in.jsonl", &text);
+    run_ok(&small_cache(&s, "roomy", "256MiB"));
+    let out = eddy()
+        .arg("run")
+        .arg("--stats")
+        .arg(small_cache(&s, "cramped", "64KiB"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stats = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stats}");
+    // The state really did leave memory and come back.
+    let line = stats
+        .lines()
+        .find(|l| l.contains("state over the cache"))
+        .unwrap_or_else(|| panic!("no evictions:\n{stats}"));
+    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        numbers.len() == 2 && numbers[0] > 10 && numbers[1] > 10,
+        "{line}"
+    );
+    let roomy = multiset(&json_lines(&s.read("roomy.jsonl")));
+    let cramped = multiset(&json_lines(&s.read("cramped.jsonl")));
+    assert!(roomy.len() > 50_000, "{} rows", roomy.len());
+    assert!(
+        cramped == roomy,
+        "a 64 KiB cache gives other results ({} rows vs {})",
+        cramped.len(),
+        roomy.len()
+    );
+
+    // And through crashes.
+    let killed = run_with_kills(
+        &small_cache(&s, "crashed", "64KiB"),
+        5,
+        11,
+        Duration::from_secs(2),
+    );
+    assert!(
+        multiset(&json_lines(&s.read("crashed.jsonl"))) == roomy,
+        "after {killed} crashes with a small cache"
+    );
+}

@@ -2,6 +2,7 @@
 //! found reported with its file, line, column, component and field.
 
 mod diag;
+mod mesh;
 mod model;
 mod read;
 mod table;

@@ -1,5 +1,6 @@
 //! The pipeline file as typed values, each remembering where it was written.
 
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -7,6 +8,7 @@ use super::diag::Sp;
 use crate::data::DataType;
 use crate::io::codec::Format;
 use crate::io::generator::GeneratorSpec;
+use crate::mesh::config::MeshConfig;
 
 /// A whole, structurally valid pipeline file.
 #[derive(Debug)]
@@ -37,6 +39,40 @@ pub(crate) struct NodeConfig {
     /// `[state] cache_bytes`: memory for operator state before it spills
     /// to the store.
     pub(crate) cache_bytes: u64,
+    /// Whether `[node] name` was written in the file (with `[mesh]`, the
+    /// name otherwise comes from the node's certificate).
+    pub(crate) name_given: bool,
+    /// `[mesh]`: how this node joins its cluster; `None` runs alone.
+    pub(crate) mesh: Option<MeshConfig>,
+    /// `[api]`: the local HTTP API.
+    pub(crate) api: ApiConfig,
+}
+
+/// The port of the local HTTP API when `[api] address` gives none.
+pub(crate) const DEFAULT_API_PORT: u16 = 7401;
+
+/// `[api]`: the local HTTP API (`/health`, `/status`) that `eddy peers`
+/// reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ApiConfig {
+    /// Whether to serve it. Default `true`.
+    pub(crate) enabled: bool,
+    /// Address and TCP port to listen on. Default `127.0.0.1:7401`.
+    pub(crate) address: SocketAddr,
+    /// Whether `address` was written in the file. If the default address
+    /// is taken (another eddy on this host), the node runs without an API
+    /// and says so; an address that was asked for must be had.
+    pub(crate) explicit: bool,
+}
+
+impl Default for ApiConfig {
+    fn default() -> ApiConfig {
+        ApiConfig {
+            enabled: true,
+            address: SocketAddr::from(([127, 0, 0, 1], DEFAULT_API_PORT)),
+            explicit: false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Context, Diagnostics, Sp, suggest};
+use super::mesh::{read_api, read_mesh};
 use super::model::*;
 use super::table::{TableReader, describe};
 use crate::data::DataType;
@@ -62,6 +63,12 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
             config.node.cache_bytes = bytes;
         }
         st.finish(&mut d, "[state]");
+    }
+    if let Some(mesh) = top.table(&mut d, "mesh") {
+        config.node.mesh = read_mesh(&mut d, mesh.into_component("mesh"), file);
+    }
+    if let Some(api) = top.table(&mut d, "api") {
+        config.node.api = read_api(&mut d, api.into_component("api"));
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
@@ -145,6 +152,9 @@ fn default_node() -> NodeConfig {
         channel_capacity: 16,
         checkpoint_interval_ms: Some(10_000),
         cache_bytes: 256 << 20,
+        name_given: false,
+        mesh: None,
+        api: ApiConfig::default(),
     }
 }
 
@@ -152,6 +162,7 @@ fn read_node(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> NodeConfig {
     let mut node = default_node();
     if let Some(name) = t.string(d, "name") {
         node.name = name.value;
+        node.name_given = true;
     }
     if let Some(dir) = t.string(d, "data_dir") {
         node.data_dir = PathBuf::from(dir.value);

@@ -54,6 +54,16 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: StateAction,
     },
+    /// List the members of a running node's mesh (read from its local API).
+    Peers {
+        /// The node's local API (`[api] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7401")]
+        api: String,
+        /// Print `{"members": [{"id", "name", "addr", "state", "rtt_ms",
+        /// "last_seen_ms", "incarnation", "local"}]}` instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,13 +1,18 @@
-//! Command-line entry points: `run`, `validate`, `bench`, `cluster`, `state`.
+//! Command-line entry points: `run`, `validate`, `bench`, `cluster`,
+//! `peers`, `state`.
 
 pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
+mod http;
 mod load;
+mod peers;
 mod run;
+mod services;
 mod state;
 mod stats;
+mod status;
 
 use std::process::ExitCode;
 
@@ -23,6 +28,7 @@ pub fn main() -> ExitCode {
         cli::Command::Run { file, stats } => run::run(&file, stats),
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
+        cli::Command::Peers { api, json } => peers::peers(&api, json),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,

@@ -12,6 +12,7 @@ use smol::stream::StreamExt;
 
 use super::EXIT_CONFIG;
 use super::load::load;
+use super::services::Services;
 use super::stats;
 use crate::exec;
 
@@ -51,19 +52,33 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
         tracing::warn!("{w}");
     }
     tracing::info!(pipeline = %file.display(), "starting: {}", plan.describe());
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = match exec::start(Arc::new(plan), stop, HashMap::new()) {
-        Ok(r) => r,
+    // The mesh and the local API first: if they cannot start, no source has
+    // read anything yet.
+    let services = match Services::start(&plan.node, file) {
+        Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let running = match wait_or_signal(running) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = match exec::start(Arc::new(plan), stop, HashMap::new()) {
         Ok(r) => r,
-        Err(code) => return code,
+        Err(e) => {
+            tracing::error!("{e}");
+            services.shutdown_blocking();
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match wait_or_signal(running, &services) {
+        Ok(r) => r,
+        Err(code) => {
+            services.shutdown_blocking();
+            return code;
+        }
     };
     let report = running.wait();
+    services.shutdown_blocking();
     stats::log_summary(&report);
     if print_stats {
         eprint!("{}", stats::table(&report));
@@ -76,7 +91,10 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
 
 /// Waits until the run ends by itself, or a signal asks it to stop (then it
 /// drains). A second signal exits at once.
-fn wait_or_signal(mut running: exec::Running) -> Result<exec::Running, ExitCode> {
+fn wait_or_signal(
+    mut running: exec::Running,
+    services: &Services,
+) -> Result<exec::Running, ExitCode> {
     smol::block_on(async {
         let mut signals = match Signals::new([Signal::Int, Signal::Term]) {
             Ok(s) => s,
@@ -106,6 +124,7 @@ fn wait_or_signal(mut running: exec::Running) -> Result<exec::Running, ExitCode>
                         "received {sig:?}; taking a final checkpoint (send it again to exit at once)"
                     );
                     stopping = true;
+                    services.set_stopping();
                     match running.checkpoint_and_halt(Duration::from_secs(30)) {
                         Ok(id) => {
                             tracing::info!(checkpoint = id, "final checkpoint committed; stopping")
@@ -118,6 +137,7 @@ fn wait_or_signal(mut running: exec::Running) -> Result<exec::Running, ExitCode>
                         "received {sig:?}; stopping sources and draining (send it again to exit at once)"
                     );
                     stopping = true;
+                    services.set_stopping();
                     running.stop();
                 }
                 Some(Ok(sig)) => {

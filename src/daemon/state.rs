@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::state::inspect::{self, Inspection, holder, in_use_message, open_existing};
+use crate::state::inspect::{
+    self, Inspection, holder, in_use_message, open_existing, verify_record,
+};
 use crate::state::transfer::{self, StreamReader, Totals};
 use crate::state::{CheckpointRecord, Store};
 
@@ -74,7 +76,7 @@ pub(crate) fn export(
     match written {
         Ok(t) => {
             eprintln!(
-                "eddy state export: operator {operator} bin {bin} of checkpoint {} (written by checkpoint {}): {} keys in {} chunks, {} bytes{}",
+                "eddy state export: operator {operator} bin {bin} of checkpoint {} (version {}): {} keys in {} chunks, {} bytes{}",
                 record.id,
                 plan.header.version,
                 t.entries,
@@ -123,8 +125,9 @@ fn export_to_file(
     result
 }
 
-/// The checkpoint to export from: the one asked for, or the newest whose
-/// record reads (its chunks are verified as they are streamed).
+/// The checkpoint to export from: the one asked for (its chunks are
+/// verified as they are streamed), or the newest that verifies whole, the
+/// one a restart would restore.
 fn choose_checkpoint(store: &Store, wanted: Option<u64>) -> Result<CheckpointRecord, String> {
     let records = store.records();
     if records.is_empty() {
@@ -145,14 +148,14 @@ fn choose_checkpoint(store: &Store, wanted: Option<u64>) -> Result<CheckpointRec
         },
         None => {
             for (id, r, _) in &records {
-                match r {
-                    Ok(r) => return Ok(r.clone()),
+                match r.clone().and_then(|r| verify_record(store, &r).map(|()| r)) {
+                    Ok(r) => return Ok(r),
                     Err(e) => eprintln!(
                         "eddy state export: warning: checkpoint {id} is damaged ({e}); using the one before it"
                     ),
                 }
             }
-            Err(format!("no checkpoint record reads ({})", ids()))
+            Err(format!("no checkpoint verifies ({})", ids()))
         }
     }
 }
@@ -192,9 +195,14 @@ pub(crate) fn import(data_dir: &Path, operator: &str, bin: u32, file: Option<&Pa
             &in_use_message(data_dir, &pid, "a bin cannot be imported into it"),
         );
     }
+    // What the import creates, so that a failure can remove it again.
+    let created = Created::before(data_dir);
     let store = match Store::open(data_dir, inspect::CACHE_BYTES) {
         Ok(s) => s,
-        Err(e) => return fail("import", &e.0),
+        Err(e) => {
+            created.undo();
+            return fail("import", &e.0);
+        }
     };
     match transfer::import_stream(&store, operator, bin, reader) {
         Ok(done) => {
@@ -202,12 +210,55 @@ pub(crate) fn import(data_dir: &Path, operator: &str, bin: u32, file: Option<&Pa
                 eprintln!("eddy state import: warning: {w}");
             }
             eprintln!(
-                "eddy state import: {at}: installed {} keys in {} chunks, {} bytes, from {source} as checkpoint {}",
-                done.totals.entries, done.totals.chunks, done.totals.bytes, done.bin.version
+                "eddy state import: {at}: installed {} keys in {} chunks, {} bytes, from {source} as checkpoint {} (version {})",
+                done.totals.entries,
+                done.totals.chunks,
+                done.totals.bytes,
+                done.checkpoint,
+                done.bin.version
             );
             ExitCode::SUCCESS
         }
-        Err(e) => fail("import", &format!("{at}: {source}: {e}; nothing imported")),
+        Err(e) => {
+            // The store has removed what it wrote; the files it opened
+            // in a data dir that had no state go too.
+            drop(store);
+            created.undo();
+            fail("import", &format!("{at}: {source}: {e}; nothing imported"))
+        }
+    }
+}
+
+/// Which of a data dir's parts existed before an import.
+struct Created {
+    data_dir: PathBuf,
+    dir: bool,
+    state: bool,
+    lock: bool,
+}
+
+impl Created {
+    fn before(data_dir: &Path) -> Created {
+        Created {
+            data_dir: data_dir.to_path_buf(),
+            dir: data_dir.exists(),
+            state: data_dir.join("state").exists(),
+            lock: data_dir.join("eddy.lock").exists(),
+        }
+    }
+
+    /// Removes what did not exist before (the store must be closed).
+    fn undo(&self) {
+        if !self.dir {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+            return;
+        }
+        if !self.state {
+            let _ = std::fs::remove_dir_all(self.data_dir.join("state"));
+        }
+        if !self.lock {
+            let _ = std::fs::remove_file(self.data_dir.join("eddy.lock"));
+        }
     }
 }
 

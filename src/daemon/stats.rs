@@ -80,5 +80,12 @@ pub(crate) fn table(report: &Report) -> String {
         report.elapsed.as_secs_f64(),
         report.dead_letters
     );
+    for c in report.components.iter().filter(|c| c.state_evictions > 0) {
+        let _ = writeln!(
+            out,
+            "{}: state over the cache: {} bin evictions to the store, {} loads back",
+            c.id, c.state_evictions, c.state_loads
+        );
+    }
     out
 }

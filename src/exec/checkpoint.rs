@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::state::{BinWrite, CheckpointRecord, OperatorRecord, Store, StoreError};
+use crate::state::{BinContent, BinWrite, CheckpointRecord, OperatorRecord, Store, StoreError};
 
 /// The barrier id of the checkpoint taken when a run completes.
 pub(crate) const FINAL: u64 = u64::MAX;
@@ -23,9 +23,12 @@ pub(crate) const FINAL: u64 = u64::MAX;
 #[derive(Default)]
 pub(crate) struct Snapshot {
     /// Full state of every bin changed since the last snapshot.
-    pub(crate) bins: Vec<(u32, Vec<(Vec<u8>, Vec<u8>)>)>,
+    pub(crate) bins: Vec<(u32, Vec<crate::state::Entry>)>,
     /// Bins that became empty since the last snapshot.
     pub(crate) emptied: Vec<u32>,
+    /// Bins whose state was spilled to the store unchanged since: the
+    /// checkpoint adopts the spilled version.
+    pub(crate) spilled: Vec<(u32, crate::state::BinRecord)>,
     /// Sources: their position, as `(split, position)` pairs.
     pub(crate) position: Vec<(u32, Vec<u8>)>,
     pub(crate) watermark: i64,
@@ -62,9 +65,8 @@ struct Collector {
     positions: BTreeMap<usize, Vec<(u32, Vec<u8>)>>,
     /// The newest watermark of each stateful instance.
     watermarks: BTreeMap<usize, i64>,
-    /// Checkpoint ids committed, and the last commit's error.
+    /// The newest checkpoint id committed.
     committed: u64,
-    error: Option<String>,
 }
 
 pub(crate) struct Checkpoints {
@@ -248,13 +250,17 @@ impl Checkpoints {
         // Everything up to `id` goes in: an instance's newer snapshot of a
         // bin supersedes an older one.
         let ids: Vec<u64> = c.snapshots.range(..=id).map(|(k, _)| *k).collect();
-        let mut writes: BTreeMap<(usize, u32), Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        let mut writes: BTreeMap<(usize, u32), BinContent> = BTreeMap::new();
         let mut emptied: BTreeMap<(usize, u32), ()> = BTreeMap::new();
         let mut take = |i: usize, s: Snapshot| {
             let node = i / self.workers;
             for (bin, entries) in s.bins {
                 emptied.remove(&(node, bin));
-                writes.insert((node, bin), entries);
+                writes.insert((node, bin), BinContent::Entries(entries));
+            }
+            for (bin, rec) in s.spilled {
+                emptied.remove(&(node, bin));
+                writes.insert((node, bin), BinContent::Spilled(rec));
             }
             for bin in s.emptied {
                 writes.remove(&(node, bin));
@@ -319,10 +325,10 @@ impl Checkpoints {
         drop(c);
         let writes: Vec<BinWrite> = writes
             .into_iter()
-            .map(|((n, bin), entries)| BinWrite {
+            .map(|((n, bin), content)| BinWrite {
                 op: self.nodes[n].id.clone(),
                 bin,
-                entries,
+                content,
             })
             .collect();
         let emptied: Vec<(String, u32)> = emptied

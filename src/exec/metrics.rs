@@ -26,6 +26,10 @@ pub(crate) struct OpMetrics {
     pub(crate) errors: AtomicU64,
     /// Records behind the watermark, dropped or sent to `late_output`.
     pub(crate) late: AtomicU64,
+    /// Bins of state that left memory for the store (over the cache budget).
+    pub(crate) state_evictions: AtomicU64,
+    /// Bins of state read back from the store for new records.
+    pub(crate) state_loads: AtomicU64,
 }
 
 impl OpMetrics {

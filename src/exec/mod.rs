@@ -110,6 +110,9 @@ pub(crate) struct ComponentReport {
     pub(crate) counters: Counters,
     pub(crate) errors: u64,
     pub(crate) late: u64,
+    /// Bins evicted to the store and loaded back (state over the cache).
+    pub(crate) state_evictions: u64,
+    pub(crate) state_loads: u64,
     /// Sinks: end-to-end latency in microseconds.
     pub(crate) latency_us: Option<hdrhistogram::Histogram<u64>>,
 }
@@ -177,7 +180,7 @@ impl Running {
             .enumerate()
             .map(|(i, n)| {
                 let mut total = Counters::default();
-                let (mut errors, mut late) = (0, 0);
+                let (mut errors, mut late, mut evictions, mut loads) = (0, 0, 0, 0);
                 for m in &self.metrics[i] {
                     let c = m.counters();
                     total.records_in += c.records_in;
@@ -187,6 +190,8 @@ impl Running {
                     total.blocked_ns += c.blocked_ns;
                     errors += m.errors.load(Relaxed);
                     late += m.late.load(Relaxed);
+                    evictions += m.state_evictions.load(Relaxed);
+                    loads += m.state_loads.load(Relaxed);
                 }
                 ComponentReport {
                     id: n.id.clone(),
@@ -195,6 +200,8 @@ impl Running {
                     counters: total,
                     errors,
                     late,
+                    state_evictions: evictions,
+                    state_loads: loads,
                     latency_us: self.latency[i].as_ref().map(|l| l.snapshot()),
                 }
             })

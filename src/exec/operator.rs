@@ -50,6 +50,9 @@ pub(crate) struct OpCtx<'a> {
     pub(crate) dead_letter: &'a DeadLetter,
     /// Time the operator spent waiting (on a writer), not working.
     pub(crate) blocked_ns: u64,
+    /// Set when the operator cannot go on (its state cannot be read): the
+    /// run fails with this message.
+    pub(crate) failure: Option<String>,
 }
 
 impl OpCtx<'_> {
@@ -74,6 +77,11 @@ impl OpCtx<'_> {
         OpMetrics::add(&self.metrics.errors, 1);
         self.dead_letter
             .record_row(self.component, batch, row, reason);
+    }
+
+    /// Ends the run with `message` (after this call returns).
+    pub(crate) fn fail(&mut self, message: String) {
+        self.failure.get_or_insert(message);
     }
 
     pub(crate) fn count(&self, counter: &AtomicU64, n: u64) {

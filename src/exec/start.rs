@@ -214,7 +214,14 @@ pub(crate) fn start(
                     )
                 })
                 .collect();
-            let op = instantiate(&plan, i, w, &writers, &latency, &taps);
+            let op = instantiate(
+                &plan,
+                i,
+                shared.checkpoints.as_ref(),
+                &writers,
+                &latency,
+                &taps,
+            );
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
                 OpSpec::Generator(g) => Some((
                     Box::new(GeneratorTask::new(
@@ -342,11 +349,13 @@ pub(crate) fn start(
     })
 }
 
+/// The checkpoints of a run (none without `[checkpoint]`) and the one it
+/// resumes from.
+type OpenedState = (Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>);
+
 /// Opens the store and picks the checkpoint to resume from. A run that
 /// had completed is not resumed: the pipeline starts over.
-fn open_state(
-    plan: &Plan,
-) -> Result<(Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>), String> {
+fn open_state(plan: &Plan) -> Result<OpenedState, String> {
     if plan.node.checkpoint_interval_ms.is_none() {
         return Ok((None, None));
     }
@@ -424,7 +433,7 @@ fn open_state(
 fn instantiate(
     plan: &Plan,
     i: usize,
-    _w: usize,
+    checkpoints: Option<&Arc<Checkpoints>>,
     writers: &HashMap<usize, io::SinkWriterHandle>,
     latency: &[Option<Arc<Latency>>],
     taps: &HashMap<String, Tap>,
@@ -432,6 +441,20 @@ fn instantiate(
     let node = &plan.nodes[i];
     let bins = plan.node.bins;
     let batch = plan.node.batch_size;
+    // `[state] cache_bytes` is per worker, shared by its stateful operators.
+    let stateful = plan
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, OpSpec::Window(_) | OpSpec::Join(_)))
+        .count()
+        .max(1) as u64;
+    let state = || {
+        checkpoints.map(|cp| ops::StateAccess {
+            checkpoints: cp.clone(),
+            op: node.id.clone(),
+            budget_bytes: plan.node.cache_bytes / stateful,
+        })
+    };
     let out_schema = || node.outputs[0].schema.clone();
     Some(match &node.op {
         OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) => return None,
@@ -441,9 +464,19 @@ fn instantiate(
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),
             _ => match w.key.word_fields() {
-                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(w.clone(), bins, batch)),
-                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(w.clone(), bins, batch)),
-                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch)),
+                Some(0 | 1) => Box::new(ops::Window::<WordKey<1>>::new(
+                    w.clone(),
+                    bins,
+                    batch,
+                    state(),
+                )),
+                Some(_) => Box::new(ops::Window::<WordKey<2>>::new(
+                    w.clone(),
+                    bins,
+                    batch,
+                    state(),
+                )),
+                None => Box::new(ops::Window::<ByteKey>::new(w.clone(), bins, batch, state())),
             },
         },
         OpSpec::Join(j) => Box::new(ops::Join::new(j.clone(), bins, batch)),

@@ -233,8 +233,12 @@ impl Worker {
             metrics: &state.metrics,
             dead_letter: &self.shared.dead_letter,
             blocked_ns: 0,
+            failure: None,
         };
         f(op.as_mut(), &mut ctx);
+        if let Some(failure) = ctx.failure.take() {
+            self.shared.fail(format!("{}: {failure}", state.component));
+        }
         let blocked = ctx.blocked_ns;
         let elapsed = start.elapsed().as_nanos() as u64;
         let m = &state.metrics;

@@ -178,6 +178,8 @@ pub struct Membership {
     rtt: BTreeMap<SocketAddr, Duration>,
     last_seen: BTreeMap<SocketAddr, Instant>,
     dropped: u64,
+    /// Set by [`Membership::leave`]: being down is then what we asked for.
+    left: bool,
     #[cfg(test)]
     pub(crate) errors: Vec<String>,
 }
@@ -229,6 +231,7 @@ impl Membership {
             rtt: BTreeMap::new(),
             last_seen: BTreeMap::new(),
             dropped: 0,
+            left: false,
             #[cfg(test)]
             errors: Vec::new(),
             config,
@@ -349,6 +352,7 @@ impl Membership {
 
     /// Leaves the cluster gracefully: members mark us down at once.
     pub fn leave(&mut self, now: Instant) {
+        self.left = true;
         if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
             tracing::debug!("leaving: {e}");
         }
@@ -520,6 +524,7 @@ impl Membership {
                     );
                     MembershipEvent::Rejoined(id)
                 }
+                OwnedNotification::Defunct if self.left => continue,
                 OwnedNotification::Defunct => {
                     tracing::warn!("declared down by the cluster and cannot rejoin");
                     continue;

@@ -79,7 +79,8 @@ pub(crate) struct OperatorInfo {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub(crate) struct BinInfo {
     pub(crate) bin: u32,
-    /// The checkpoint that wrote this bin's state.
+    /// The store version holding this bin's state (checkpoint writes,
+    /// spills and imports share one counter; not a checkpoint id).
     pub(crate) version: u64,
     pub(crate) chunks: u32,
     /// State entries (for a window, one per key and open window).
@@ -259,7 +260,7 @@ pub(crate) fn inspect(data_dir: &Path) -> Result<Inspection, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{BinWrite, OperatorRecord};
+    use crate::state::{BinContent, BinWrite, OperatorRecord};
 
     fn record(id: u64) -> CheckpointRecord {
         CheckpointRecord {
@@ -292,7 +293,7 @@ mod tests {
                         vec![BinWrite {
                             op: "win".into(),
                             bin: 2,
-                            entries,
+                            content: BinContent::Entries(entries),
                         }],
                         &[],
                     )
@@ -307,7 +308,7 @@ mod tests {
             (op.id.as_str(), op.keys, op.bins_with_state),
             ("win", 5000, 1)
         );
-        assert_eq!(op.watermark.as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(op.watermark.as_deref(), Some("2026-01-01T00:00:00.000Z"));
         assert!(op.bins[0].chunks >= 1 && op.bins[0].version == 2);
 
         // Damage checkpoint 2's chunk on disk, through sled.

@@ -2,14 +2,13 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// An exclusive lock on `DATA_DIR/eddy.lock`, held while it lives. The
 /// file holds the owner's pid, so the refusal can say who has it.
 #[derive(Debug)]
 pub(crate) struct DataDirLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl DataDirLock {
@@ -46,11 +45,7 @@ impl DataDirLock {
         file.set_len(0)
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(DataDirLock { _file: file, path })
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+        Ok(DataDirLock { _file: file })
     }
 }
 

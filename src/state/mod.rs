@@ -23,6 +23,9 @@ mod record;
 mod store;
 pub(crate) mod transfer;
 
-pub(crate) use chunk::{Chunk, decode_chunk};
+pub(crate) use chunk::Chunk;
+
+/// One encoded key and its encoded value.
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
-pub(crate) use store::{BinWrite, Restored, Store, StoreError, now_ms};
+pub(crate) use store::{BinContent, BinWrite, Store, StoreError, now_ms};

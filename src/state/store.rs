@@ -19,11 +19,18 @@ impl std::fmt::Display for StoreError {
     }
 }
 
-/// One bin's complete state, written by a checkpoint.
+/// One bin's complete state in a checkpoint.
 pub(crate) struct BinWrite {
     pub(crate) op: String,
     pub(crate) bin: u32,
-    pub(crate) entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) content: BinContent,
+}
+
+pub(crate) enum BinContent {
+    /// Write these entries.
+    Entries(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The state was spilled already ([`Store::spill`]): adopt that version.
+    Spilled(BinRecord),
 }
 
 /// The checkpoint to restore from, and what was wrong with newer ones.
@@ -51,6 +58,12 @@ pub(crate) struct Store {
     db: sled::Db,
     checkpoints: sled::Tree,
     dir: PathBuf,
+    /// Versions are numbered by one counter for checkpoint writes, spills
+    /// and imports alike.
+    next_version: std::sync::atomic::AtomicU64,
+    /// Spilled versions not yet part of a checkpoint: kept by garbage
+    /// collection until a checkpoint adopts them or they are released.
+    pending: Mutex<BTreeSet<(String, u32, u64)>>,
     /// The newest committed record, the base of the next one.
     latest: Mutex<Option<CheckpointRecord>>,
     chunk_bytes: usize,
@@ -101,6 +114,8 @@ impl Store {
             db,
             checkpoints,
             dir,
+            next_version: std::sync::atomic::AtomicU64::new(1),
+            pending: Mutex::new(BTreeSet::new()),
             latest: Mutex::new(None),
             chunk_bytes: CHUNK_BYTES,
             _lock: lock,
@@ -206,6 +221,27 @@ impl Store {
     }
 
     /// The newest committed checkpoint.
+    /// The id of the newest committed checkpoint (0 for none).
+    pub(crate) fn latest_id(&self) -> u64 {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |r| r.id)
+    }
+
+    /// One bin's record in the newest committed checkpoint.
+    pub(crate) fn committed_bin(&self, op: &str, bin: u32) -> Option<BinRecord> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        latest
+            .as_ref()?
+            .operator(op)?
+            .bins
+            .iter()
+            .find(|b| b.bin == bin)
+            .copied()
+    }
+
     pub(crate) fn latest(&self) -> Option<CheckpointRecord> {
         self.latest
             .lock()
@@ -249,6 +285,84 @@ impl Store {
         })
     }
 
+    /// A new version number, above every version in the store.
+    fn allocate(&self) -> u64 {
+        self.next_version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Writes `entries` as chunks of version `version` of `bin` into
+    /// `batch`; returns the bin's record.
+    fn write_chunks(
+        &self,
+        batch: &mut sled::Batch,
+        bin: u32,
+        version: u64,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> BinRecord {
+        let mut rec = BinRecord {
+            bin,
+            version,
+            ..Default::default()
+        };
+        let mut chunk = Chunk::default();
+        let mut size = 0;
+        let mut flush = |chunk: &mut Chunk, rec: &mut BinRecord| {
+            let bytes = chunk.encode();
+            rec.bytes += bytes.len() as u64;
+            batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), bytes);
+            rec.chunks += 1;
+            chunk.entries.clear();
+        };
+        for (k, v) in entries {
+            size += Chunk::entry_size(&k, &v);
+            rec.entries += 1;
+            chunk.entries.push((k, v));
+            if size >= self.chunk_bytes {
+                flush(&mut chunk, &mut rec);
+                size = 0;
+            }
+        }
+        if !chunk.entries.is_empty() {
+            flush(&mut chunk, &mut rec);
+        }
+        rec
+    }
+
+    /// Writes one bin's current state outside a checkpoint, so an operator
+    /// can drop it from memory. It is durable only once a checkpoint adopts
+    /// it ([`BinContent::Spilled`]); until then garbage collection keeps it.
+    pub(crate) fn spill(
+        &self,
+        op: &str,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<BinRecord, StoreError> {
+        // Pending before written, under one lock with the allocation, so a
+        // concurrent garbage collection never sees its chunks unclaimed.
+        let version = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let version = self.allocate();
+            pending.insert((op.to_string(), bin, version));
+            version
+        };
+        let mut batch = sled::Batch::default();
+        let rec = self.write_chunks(&mut batch, bin, version, entries);
+        self.tree(op)?
+            .apply_batch(batch)
+            .map_err(|e| self.err(format!("operator {op}: cannot spill bin {bin}"), e))?;
+        Ok(rec)
+    }
+
+    /// A spilled version is superseded: garbage collection may drop it
+    /// once no checkpoint refers to it.
+    pub(crate) fn release(&self, op: &str, bin: u32, version: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(op.to_string(), bin, version));
+    }
+
     /// Commits checkpoint `id`: the bins in `writes` get their new state,
     /// the bins in `emptied` are dropped, every other bin keeps the
     /// version it had. Atomic: the chunks are flushed before the record
@@ -275,37 +389,23 @@ impl Store {
         }
         let mut stats = CommitStats::default();
         let mut batches: BTreeMap<String, sled::Batch> = BTreeMap::new();
+        let mut adopted = Vec::new();
         for w in writes {
-            let batch = batches.entry(w.op.clone()).or_default();
-            let mut bin = BinRecord {
-                bin: w.bin,
-                version: record.id,
-                ..Default::default()
-            };
-            let mut chunk = Chunk::default();
-            let mut size = 0;
-            let mut flush = |chunk: &mut Chunk, bin: &mut BinRecord| {
-                let bytes = chunk.encode();
-                bin.bytes += bytes.len() as u64;
-                batch.insert(&chunk_key(bin.bin, bin.version, bin.chunks), bytes);
-                bin.chunks += 1;
-                chunk.entries.clear();
-            };
-            for (k, v) in w.entries {
-                size += Chunk::entry_size(&k, &v);
-                bin.entries += 1;
-                chunk.entries.push((k, v));
-                if size >= self.chunk_bytes {
-                    flush(&mut chunk, &mut bin);
-                    size = 0;
+            let bin = match w.content {
+                BinContent::Entries(entries) => {
+                    let version = self.allocate();
+                    let batch = batches.entry(w.op.clone()).or_default();
+                    let rec = self.write_chunks(batch, w.bin, version, entries);
+                    stats.bins += 1;
+                    stats.entries += rec.entries;
+                    stats.bytes += rec.bytes;
+                    rec
                 }
-            }
-            if !chunk.entries.is_empty() {
-                flush(&mut chunk, &mut bin);
-            }
-            stats.bins += 1;
-            stats.entries += bin.entries;
-            stats.bytes += bin.bytes;
+                BinContent::Spilled(rec) => {
+                    adopted.push((w.op.clone(), rec.bin, rec.version));
+                    rec
+                }
+            };
             let bins = ops.entry(w.op).or_default();
             if bin.entries == 0 {
                 bins.remove(&bin.bin);
@@ -345,13 +445,22 @@ impl Store {
             .flush()
             .map_err(|e| self.err(format!("cannot flush checkpoint {}", record.id), e))?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.clone());
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for a in adopted {
+                pending.remove(&a);
+            }
+        }
         self.collect_garbage()?;
         Ok((record, stats))
     }
 
     /// Installs a bin's state from exported chunks as a new checkpoint
     /// (the newest one with that bin replaced). Chunks are verified and
-    /// written one at a time.
+    /// written one at a time, under a version from the store's allocator
+    /// (call [`restore_point`](Self::restore_point) first, which sets the
+    /// base and moves the allocator above every version kept). On failure
+    /// the chunks written are removed again: no checkpoint refers to them.
     pub(crate) fn import_bin(
         &self,
         op: &str,
@@ -359,29 +468,48 @@ impl Store {
         chunks: impl Iterator<Item = Vec<u8>>,
     ) -> Result<BinRecord, StoreError> {
         let base = self.latest().unwrap_or_default();
-        let id = base.id + 1;
+        // Above every record, a damaged newer one included: never replace one.
+        let id = self
+            .records()
+            .iter()
+            .map(|(id, _, _)| *id)
+            .max()
+            .unwrap_or(0)
+            .max(base.id)
+            + 1;
+        let version = self.allocate();
         let tree = self.tree(op)?;
         let mut rec = BinRecord {
             bin,
-            version: id,
+            version,
             ..Default::default()
         };
-        for raw in chunks {
-            let chunk = decode_chunk(&raw).map_err(|e| {
-                self.err(
-                    format!("operator {op} bin {bin}: imported chunk {}", rec.chunks),
-                    e,
-                )
-            })?;
-            rec.entries += chunk.entries.len() as u64;
-            rec.bytes += raw.len() as u64;
-            tree.insert(chunk_key(bin, id, rec.chunks), raw)
-                .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
-            rec.chunks += 1;
+        let written = (|| {
+            for raw in chunks {
+                let chunk = decode_chunk(&raw).map_err(|e| {
+                    self.err(
+                        format!("operator {op} bin {bin}: imported chunk {}", rec.chunks),
+                        e,
+                    )
+                })?;
+                rec.entries += chunk.entries.len() as u64;
+                rec.bytes += raw.len() as u64;
+                tree.insert(chunk_key(bin, version, rec.chunks), raw)
+                    .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
+                rec.chunks += 1;
+            }
+            self.db
+                .flush()
+                .map_err(|e| self.err("cannot flush an imported bin", e))
+        })();
+        if let Err(e) = written {
+            let mut batch = sled::Batch::default();
+            for c in 0..=rec.chunks {
+                batch.remove(&chunk_key(bin, version, c));
+            }
+            let _ = tree.apply_batch(batch).and_then(|()| self.db.flush());
+            return Err(e);
         }
-        self.db
-            .flush()
-            .map_err(|e| self.err("cannot flush an imported bin", e))?;
         let mut record = base.clone();
         record.id = id;
         record.time_ms = now_ms();
@@ -442,6 +570,16 @@ impl Store {
                     .map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
             }
         }
+        // Held throughout: a spill claims its version before writing, so
+        // every chunk seen here unclaimed is garbage.
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Versions a retained record names count even if their chunks are
+        // gone (a damaged checkpoint): a new version must not revive them.
+        let mut highest = referenced
+            .values()
+            .flat_map(|r| r.iter().map(|(_, v)| *v))
+            .max()
+            .unwrap_or(0);
         for name in self.db.tree_names() {
             let Some(op) = std::str::from_utf8(&name)
                 .ok()
@@ -455,10 +593,14 @@ impl Store {
             let mut dropped = 0;
             for key in tree.iter().keys() {
                 let key = key.map_err(|e| self.err(format!("operator {op}: cannot scan"), e))?;
-                let keep = parse_chunk_key(&key).is_some_and(|(bin, version, _)| {
+                let parsed = parse_chunk_key(&key);
+                let keep = parsed.is_some_and(|(bin, version, _)| {
                     refs.is_some_and(|r| r.contains(&(bin, version)))
+                        || pending.contains(&(op.to_string(), bin, version))
                 });
-                if !keep {
+                if keep {
+                    highest = highest.max(parsed.map_or(0, |(_, v, _)| v));
+                } else {
                     batch.remove(key);
                     dropped += 1;
                 }
@@ -468,6 +610,9 @@ impl Store {
                     .map_err(|e| self.err(format!("operator {op}: cannot drop old state"), e))?;
             }
         }
+        // New versions go above every one still kept.
+        self.next_version
+            .fetch_max(highest + 1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
@@ -516,7 +661,7 @@ mod tests {
         store: &Store,
         op: &str,
         rec: &CheckpointRecord,
-    ) -> BTreeMap<u32, Vec<(Vec<u8>, Vec<u8>)>> {
+    ) -> BTreeMap<u32, Vec<crate::state::Entry>> {
         let mut out = BTreeMap::new();
         for b in &rec.operator(op).unwrap().bins {
             let e: Vec<_> = store
@@ -535,7 +680,7 @@ mod tests {
         let w = |bin, n, tag| BinWrite {
             op: "win".into(),
             bin,
-            entries: entries(bin, n, tag),
+            content: BinContent::Entries(entries(bin, n, tag)),
         };
         let (r1, stats) = store
             .commit(record(1, &["win"]), vec![w(0, 5, 1), w(7, 20_000, 1)], &[])
@@ -580,7 +725,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    entries: entries(1, 10, 1),
+                    content: BinContent::Entries(entries(1, 10, 1)),
                 }],
                 &[],
             )
@@ -591,7 +736,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    entries: entries(1, 10, 2),
+                    content: BinContent::Entries(entries(1, 10, 2)),
                 }],
                 &[],
             )
@@ -628,7 +773,7 @@ mod tests {
                     vec![BinWrite {
                         op: "win".into(),
                         bin: (id % 2) as u32,
-                        entries: entries(0, 3, id as u8),
+                        content: BinContent::Entries(entries(0, 3, id as u8)),
                     }],
                     &[],
                 )
@@ -658,7 +803,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    entries: entries(1, 3, 1),
+                    content: BinContent::Entries(entries(1, 3, 1)),
                 }],
                 &[],
             )
@@ -692,7 +837,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 9,
-                    entries: entries(9, 30_000, 7),
+                    content: BinContent::Entries(entries(9, 30_000, 7)),
                 }],
                 &[],
             )

@@ -60,7 +60,10 @@ pub(crate) struct BinHeader {
     pub(crate) bins: u32,
     /// The checkpoint the state was read from (0: not from a checkpoint).
     pub(crate) checkpoint: u64,
-    /// The checkpoint that wrote this bin's state (0: not from a store).
+    /// The store version holding this bin's state: checkpoint writes,
+    /// spills and imports draw from one counter per store, so it only
+    /// identifies the state within the store it came from (0: not from a
+    /// store). Informational: an import allocates its own.
     pub(crate) version: u64,
     /// The operator's watermark at that point (`i64::MIN`: none yet).
     pub(crate) watermark: i64,
@@ -223,6 +226,9 @@ pub(crate) struct BinStreamDecoder {
     buf: Vec<u8>,
     /// Bytes of `buf` already consumed.
     pos: usize,
+    /// Bytes dropped from the front of `buf`: `drained + pos` is the
+    /// stream offset of the next unconsumed byte.
+    drained: u64,
     stage: Stage,
     header: Option<BinHeader>,
     received: Totals,
@@ -240,6 +246,7 @@ impl BinStreamDecoder {
         BinStreamDecoder {
             buf: Vec::new(),
             pos: 0,
+            drained: 0,
             stage: Stage::Magic,
             header: None,
             received: Totals::default(),
@@ -251,6 +258,7 @@ impl BinStreamDecoder {
     pub(crate) fn handle_bytes(&mut self, bytes: &[u8]) {
         if self.pos > 0 && self.pos >= self.buf.len() / 2 {
             self.buf.drain(..self.pos);
+            self.drained += self.pos as u64;
             self.pos = 0;
         }
         self.buf.extend_from_slice(bytes);
@@ -261,12 +269,19 @@ impl BinStreamDecoder {
         self.received
     }
 
-    /// Where the next chunk would be, for error messages.
+    /// The stream offset of the next unconsumed byte.
+    fn offset(&self) -> u64 {
+        self.drained + self.pos as u64
+    }
+
+    /// Where the next frame is, for error messages: which frame and its
+    /// byte offset in the stream.
     fn at(&self) -> String {
+        let offset = self.offset();
         match self.stage {
-            Stage::Magic | Stage::Header => "the header".into(),
-            Stage::Chunks => format!("chunk {}", self.received.chunks),
-            Stage::Ended => "the end".into(),
+            Stage::Magic | Stage::Header => format!("the header (at byte {offset})"),
+            Stage::Chunks => format!("chunk {} (at byte {offset})", self.received.chunks),
+            Stage::Ended => format!("the end (at byte {offset})"),
         }
     }
 
@@ -333,12 +348,13 @@ impl BinStreamDecoder {
                     self.buf.reserve(FRAME_PREFIX + len - have);
                     return Ok(None);
                 }
+                let at = self.at();
                 let start = self.pos + FRAME_PREFIX;
                 self.pos = start + len;
                 let payload = self.buf[start..start + len].to_vec();
                 let event = match tag {
                     HEADER => self.header_frame(&payload)?,
-                    CHUNK => self.chunk_frame(payload)?,
+                    CHUNK => self.chunk_frame(payload, &at)?,
                     _ => self.end_frame(&payload)?,
                 };
                 Ok(Some(event))
@@ -357,10 +373,10 @@ impl BinStreamDecoder {
         Ok(StreamEvent::Header(header))
     }
 
-    fn chunk_frame(&mut self, raw: Vec<u8>) -> Result<StreamEvent, StreamError> {
+    /// `at` names the chunk and its frame's offset.
+    fn chunk_frame(&mut self, raw: Vec<u8>, at: &str) -> Result<StreamEvent, StreamError> {
         let index = self.received.chunks;
-        let entries =
-            chunk_entries(&raw).map_err(|e| StreamError(format!("chunk {index}: {e}")))?;
+        let entries = chunk_entries(&raw).map_err(|e| StreamError(format!("{at}: {e}")))?;
         self.received.chunks += 1;
         self.received.entries += entries;
         self.received.bytes += raw.len() as u64;
@@ -413,15 +429,25 @@ impl BinStreamDecoder {
             Stage::Magic | Stage::Header => Err(StreamError(
                 "the stream ends before its header is complete".into(),
             )),
-            Stage::Chunks => Err(StreamError(format!(
-                "the stream is truncated: it ends after {} complete chunks{}, without its end frame",
-                self.received.chunks,
-                if self.buf.len() > self.pos {
-                    " and part of another"
-                } else {
-                    ""
-                }
-            ))),
+            Stage::Chunks => {
+                let end = self.drained + self.buf.len() as u64;
+                let n = self.received.chunks;
+                let partial = &self.buf[self.pos..];
+                let place = match partial.first() {
+                    None => format!("after {n} complete chunks"),
+                    Some(&END) => format!(
+                        "in its end frame (at byte {}), after {n} chunks",
+                        self.offset()
+                    ),
+                    Some(_) => format!(
+                        "in chunk {n} (at byte {}), after {n} complete chunks",
+                        self.offset()
+                    ),
+                };
+                Err(StreamError(format!(
+                    "the stream is truncated: it ends at byte {end} {place}, without its end frame"
+                )))
+            }
         }
     }
 }
@@ -654,8 +680,10 @@ pub(crate) fn export_bin<W: Write>(
 /// What [`import_stream`] installed.
 #[derive(Clone, Debug)]
 pub(crate) struct Imported {
-    /// The bin as the new checkpoint records it (its `version` is that
-    /// checkpoint's id).
+    /// The new checkpoint's id.
+    pub(crate) checkpoint: u64,
+    /// The bin as the new checkpoint records it (under a version from the
+    /// store's allocator).
     pub(crate) bin: BinRecord,
     pub(crate) totals: Totals,
     /// Warnings from finding the store's newest good checkpoint.
@@ -664,12 +692,15 @@ pub(crate) struct Imported {
 
 /// Installs a stream into `store` as bin `bin` of operator `op`: a new
 /// checkpoint, the newest one with that bin replaced. The header must name
-/// `op` and `bin` and the store's bin count. Nothing becomes visible
-/// unless the whole stream verifies (a failure leaves the store's
-/// checkpoints as they were).
+/// `op` and `bin` and the store's bin count, and the store's newest good
+/// checkpoint must know `op`. Nothing becomes visible unless the whole
+/// stream verifies: a failure leaves the store's checkpoints, and the
+/// state they name, as they were (garbage a restart would drop anyway,
+/// such as chunks of a checkpoint that never completed, may be dropped).
 ///
 /// Into a store with no checkpoint, an empty checkpoint holding the
-/// stream's bin count and the operator's watermark is committed first.
+/// stream's bin count and the operator's watermark is committed first
+/// (and removed again on failure).
 pub(crate) fn import_stream<R: Read>(
     store: &Store,
     op: &str,
@@ -683,6 +714,14 @@ pub(crate) fn import_stream<R: Read>(
             header.operator, header.bin
         ));
     }
+    if header.bin >= header.bins {
+        return Err(format!(
+            "the stream is damaged: its header names bin {} of {} bins",
+            header.bin, header.bins
+        ));
+    }
+    // Sets the base checkpoint and moves the version allocator above every
+    // version the store keeps (spilled ones included).
     let restored = store.restore_point().map_err(|e| e.0)?;
     let fresh = match &restored.record {
         Some(base) if base.bins != header.bins => {
@@ -696,6 +735,18 @@ pub(crate) fn import_stream<R: Read>(
                 "the newest checkpoint ({}) is of a run that completed, and the next run starts over from nothing, imported bins included; import into a fresh data dir, or remove {} first",
                 base.id,
                 store.dir().display()
+            ));
+        }
+        Some(base) if base.operator(op).is_none() => {
+            let names: Vec<&str> = base.operators.iter().map(|o| o.id.as_str()).collect();
+            return Err(format!(
+                "checkpoint {} has no operator {op:?} (it has {}): the state belongs to another pipeline",
+                base.id,
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
             ));
         }
         Some(_) => false,
@@ -747,6 +798,7 @@ pub(crate) fn import_stream<R: Read>(
     };
     match outcome {
         Ok(rec) => Ok(Imported {
+            checkpoint: store.latest_id(),
             bin: rec,
             totals: reader.received(),
             warnings: restored.warnings,
@@ -770,7 +822,7 @@ pub(crate) fn import_stream<R: Read>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::store::BinWrite;
+    use crate::state::store::{BinContent, BinWrite};
 
     fn header(expected: Option<Totals>) -> BinHeader {
         BinHeader {
@@ -862,9 +914,13 @@ mod tests {
         v2[7] = 2;
         assert!(err(&v2).contains("format 2"), "{}", err(&v2));
         // A flipped bit in each part.
+        let chunk_1 = format!(
+            "chunk 1 (at byte {}): checksum mismatch",
+            second_chunk - FRAME_PREFIX
+        );
         for (at, what) in [
             (header_len - 3, "the header"),
-            (second_chunk + 10, "chunk 1: checksum mismatch"),
+            (second_chunk + 10, chunk_1.as_str()),
             (bytes.len() - 3, "the end frame"),
         ] {
             let mut bad = bytes.clone();
@@ -879,6 +935,17 @@ mod tests {
                 "cut at {cut}: {e}"
             );
         }
+        // A cut names the chunk it falls in, and where.
+        let e = err(&bytes[..first_chunk + 5]);
+        assert!(
+            e.contains(&format!(
+                "ends at byte {} in chunk 0 (at byte {header_len})",
+                first_chunk + 5
+            )),
+            "{e}"
+        );
+        let e = err(&bytes[..second_chunk]);
+        assert!(e.contains("in chunk 1 (at byte"), "{e}");
         // Bytes after the end.
         let mut longer = bytes.clone();
         longer.push(0);
@@ -960,7 +1027,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 3,
-                    entries: entries(40_000),
+                    content: BinContent::Entries(entries(40_000)),
                 }],
                 &[],
             )
@@ -1033,5 +1100,91 @@ mod tests {
                 .unwrap_err()
                 .contains("16 bins")
         );
+    }
+
+    #[test]
+    fn spilled_bins_travel_like_written_ones_and_imports_never_reuse_a_spilled_version() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // The source's bin 3 was spilled, then adopted by a checkpoint.
+        let src = Store::open(a.path(), 1 << 20).unwrap();
+        src.restore_point().unwrap();
+        let spilled = src.spill("win", 3, entries(5_000)).unwrap();
+        let (rec, _) = src
+            .commit(
+                record(1),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 3,
+                    content: BinContent::Spilled(spilled),
+                }],
+                &[],
+            )
+            .unwrap();
+        let plan = plan_export(&rec, "win", 3).unwrap();
+        assert_eq!(plan.bin, Some(spilled));
+        let mut bytes = Vec::new();
+        assert_eq!(export_bin(&src, &plan, &mut bytes).unwrap().entries, 5_000);
+
+        // The target holds a written bin 1 and an adopted spill of bin 2,
+        // whose versions are above any checkpoint id.
+        {
+            let dst = Store::open(b.path(), 1 << 20).unwrap();
+            dst.restore_point().unwrap();
+            for _ in 0..5 {
+                dst.spill("win", 9, entries(10)).unwrap(); // never adopted
+            }
+            let two = dst.spill("win", 2, entries(700)).unwrap();
+            dst.commit(
+                record(1),
+                vec![
+                    BinWrite {
+                        op: "win".into(),
+                        bin: 1,
+                        content: BinContent::Entries(entries(300)),
+                    },
+                    BinWrite {
+                        op: "win".into(),
+                        bin: 2,
+                        content: BinContent::Spilled(two),
+                    },
+                ],
+                &[],
+            )
+            .unwrap();
+        }
+        // Reopened, as `eddy state import` does.
+        let dst = Store::open(b.path(), 1 << 20).unwrap();
+        let imported =
+            import_stream(&dst, "win", 3, StreamReader::open(&bytes[..]).unwrap()).unwrap();
+        let latest = dst.latest().unwrap();
+        assert_eq!(latest.id, imported.checkpoint);
+        let bins = &latest.operator("win").unwrap().bins;
+        assert_eq!(bins.iter().map(|b| b.bin).collect::<Vec<_>>(), [1, 2, 3]);
+        let others: Vec<u64> = bins
+            .iter()
+            .filter(|b| b.bin != 3)
+            .map(|b| b.version)
+            .collect();
+        assert!(
+            others.iter().all(|&v| v < imported.bin.version),
+            "import version {} vs {others:?}",
+            imported.bin.version
+        );
+        let read = |b: &BinRecord| -> Vec<_> {
+            dst.read_bin("win", b)
+                .flat_map(|c| c.unwrap().entries)
+                .collect()
+        };
+        assert_eq!(read(&bins[0]), entries(300));
+        assert_eq!(read(&bins[1]), entries(700));
+        assert_eq!(read(&bins[2]), entries(5_000));
+
+        // A spill pending in the same store (a running operator's) keeps
+        // its version and its chunks through an import.
+        let pending = dst.spill("win", 3, entries(42)).unwrap();
+        let again = import_stream(&dst, "win", 3, StreamReader::open(&bytes[..]).unwrap()).unwrap();
+        assert!(again.bin.version > pending.version);
+        assert_eq!(read(&pending), entries(42));
+        assert_eq!(read(&again.bin), entries(5_000));
     }
 }

@@ -1,6 +1,7 @@
 //! Which bins changed since the last checkpoint: a bitset over bins.
 
 use crate::kernel::hash::bin_of;
+use crate::state::Entry;
 
 pub(super) struct DirtyBins {
     bins: u32,
@@ -33,6 +34,15 @@ impl DirtyBins {
         self.any = true;
     }
 
+    #[inline]
+    pub(super) fn contains(&self, bin: u32) -> bool {
+        self.words[bin as usize / 64] >> (bin % 64) & 1 == 1
+    }
+
+    pub(super) fn unmark(&mut self, bin: u32) {
+        self.words[bin as usize / 64] &= !(1 << (bin % 64));
+    }
+
     /// The marked bins, in order; clears the marks.
     pub(super) fn take(&mut self) -> Vec<u32> {
         if !std::mem::take(&mut self.any) {
@@ -54,13 +64,13 @@ impl DirtyBins {
 /// entries go (`None` for clean bins); `finish` splits written from
 /// emptied bins.
 pub(super) struct BinEntries {
-    slots: Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>>,
+    slots: Vec<Option<Vec<Entry>>>,
     dirty: Vec<u32>,
 }
 
 impl BinEntries {
     pub(super) fn new(bins: u32, dirty: Vec<u32>) -> BinEntries {
-        let mut slots: Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>> = (0..bins).map(|_| None).collect();
+        let mut slots: Vec<Option<Vec<Entry>>> = (0..bins).map(|_| None).collect();
         for &b in &dirty {
             slots[b as usize] = Some(Vec::new());
         }

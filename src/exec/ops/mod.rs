@@ -1,5 +1,6 @@
 //! The transform operators, one file each.
 
+pub(crate) mod bin_cache;
 mod dirty;
 mod filter;
 mod join;
@@ -10,6 +11,7 @@ mod timers;
 mod window;
 mod window_state;
 
+pub(crate) use bin_cache::StateAccess;
 pub(crate) use filter::Filter;
 pub(crate) use join::Join;
 pub(crate) use map::Map;

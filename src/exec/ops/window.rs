@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use super::bin_cache::{BinCache, StateAccess};
 use super::dirty::{BinEntries, DirtyBins};
 use super::window_state::{AccState, Aggregates, Inputs};
 use crate::config::WindowKind;
@@ -47,6 +48,11 @@ pub(crate) struct Window<K: GroupKey> {
     refire: Vec<(i64, u64, u32)>,
     /// Bins changed since the last checkpoint.
     dirty: DirtyBins,
+    /// With durable state: which bins are in memory.
+    cache: Option<BinCache>,
+    /// Bins the last checkpoint wrote, while it may be uncommitted: their
+    /// state in the store is not current yet, so eviction spills them.
+    unconfirmed: Option<(u64, Vec<u32>)>,
 }
 
 /// One key of one window as a checkpoint stores it (the key itself is
@@ -83,6 +89,9 @@ struct Entry<K> {
 /// whose hash maps to it.
 struct Pane<K> {
     table: HashTable<Entry<K>>,
+    /// The index the next new key gets (keys may have been evicted, so
+    /// not the table's length).
+    next: u32,
     /// Numeric accumulators when they do not fit inline, per entry index.
     spill: Vec<u64>,
     /// Accumulators that own values, `Aggregates::other_len` per entry index.
@@ -93,13 +102,14 @@ impl<K: GroupKey> Pane<K> {
     fn with_capacity(keys: usize) -> Pane<K> {
         Pane {
             table: HashTable::with_capacity(keys),
+            next: 0,
             spill: Vec::new(),
             other: Vec::new(),
         }
     }
 
     /// Folds row `row` into the probed key's accumulators, creating them if
-    /// the key is new; returns the key's hash and index.
+    /// the key is new; returns the key's index and whether it is new.
     #[inline]
     fn update(
         &mut self,
@@ -109,12 +119,15 @@ impl<K: GroupKey> Pane<K> {
         inputs: &Inputs<'_>,
         row: usize,
         ts: i64,
-    ) -> u32 {
+    ) -> (u32, bool) {
         let (n, o) = (aggs.num_len(), aggs.other_len());
-        let next = self.table.len() as u32;
+        let next = self.next;
+        let mut new = false;
         let entry = match self.table.entry(hash, |e| e.key.matches(probe), |e| e.hash) {
             hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
             hashbrown::hash_table::Entry::Vacant(vacant) => {
+                new = true;
+                self.next += 1;
                 if n > INLINE_WORDS {
                     self.spill.resize(self.spill.len() + n, 0);
                 }
@@ -136,12 +149,13 @@ impl<K: GroupKey> Pane<K> {
             &mut entry.num[..]
         };
         aggs.update(num, &mut self.other[i * o..(i + 1) * o], inputs, row, ts);
-        entry.index
+        (entry.index, new)
     }
 
     /// Adds a key with the given accumulators (restored from a checkpoint).
     fn insert(&mut self, hash: u64, key: K, num: &[u64], other: Vec<AccState>) {
-        let index = self.table.len() as u32;
+        let index = self.next;
+        self.next += 1;
         let mut entry = Entry {
             hash,
             key,
@@ -155,6 +169,32 @@ impl<K: GroupKey> Pane<K> {
         }
         self.other.extend(other);
         self.table.insert_unique(hash, entry, |e| e.hash);
+    }
+
+    /// Drops the keys of the bins for which `evict` holds, and compacts
+    /// what the remaining keys own.
+    fn evict(&mut self, bins: u32, evict: &[bool], words: usize, o: usize) {
+        self.table.retain(|e| !evict[bin_of(e.hash, bins) as usize]);
+        let (old_spill, old_other) = (
+            std::mem::take(&mut self.spill),
+            std::mem::take(&mut self.other),
+        );
+        let mut old_other: Vec<Option<AccState>> = old_other.into_iter().map(Some).collect();
+        self.next = 0;
+        for e in self.table.iter_mut() {
+            let i = e.index as usize;
+            if words > INLINE_WORDS {
+                self.spill
+                    .extend_from_slice(&old_spill[i * words..(i + 1) * words]);
+            }
+            self.other.extend(
+                old_other[i * o..(i + 1) * o]
+                    .iter_mut()
+                    .map(|a| a.take().expect("each key's accumulators once")),
+            );
+            e.index = self.next;
+            self.next += 1;
+        }
     }
 
     fn num<'a>(&'a self, entry: &'a Entry<K>, words: usize) -> &'a [u64] {
@@ -187,17 +227,36 @@ impl Output<'_, '_> {
         end: i64,
     ) {
         let e = entry.index as usize;
-        let n_keys = plan.key.types().len();
         let o = aggs.other_len();
-        let cols = self.builder.columns_mut();
-        let (key_cols, rest) = cols.split_at_mut(n_keys);
-        entry.key.decode_into(&plan.key, key_cols);
-        let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
-        aggs.finish(
+        self.row_parts(
+            plan,
+            aggs,
+            &entry.key,
             pane.num(entry, aggs.num_len()),
             &pane.other[e * o..(e + 1) * o],
-            agg_cols,
+            start,
+            end,
         );
+    }
+
+    /// One result row from a key and its accumulators.
+    #[allow(clippy::too_many_arguments)]
+    fn row_parts<K: GroupKey>(
+        &mut self,
+        plan: &WindowPlan,
+        aggs: &Aggregates,
+        key: &K,
+        num: &[u64],
+        other: &[AccState],
+        start: i64,
+        end: i64,
+    ) {
+        let n_keys = plan.key.types().len();
+        let cols = self.builder.columns_mut();
+        let (key_cols, rest) = cols.split_at_mut(n_keys);
+        key.decode_into(&plan.key, key_cols);
+        let (agg_cols, bounds) = rest.split_at_mut(plan.aggregates.len());
+        aggs.finish(num, other, agg_cols);
         bounds[0].push_int(start);
         bounds[1].push_int(end);
         self.builder.finish_row(end - 1, self.ingest_ns);
@@ -214,12 +273,18 @@ impl Output<'_, '_> {
 }
 
 impl<K: GroupKey> Window<K> {
-    pub(crate) fn new(plan: Arc<WindowPlan>, bins: u32, batch_size: usize) -> Window<K> {
+    pub(crate) fn new(
+        plan: Arc<WindowPlan>,
+        bins: u32,
+        batch_size: usize,
+        state: Option<StateAccess>,
+    ) -> Window<K> {
         let (size_ms, slide_ms) = match plan.kind {
             WindowKind::Tumbling { size_ms } => (size_ms, size_ms),
             WindowKind::Hopping { size_ms, slide_ms } => (size_ms, slide_ms),
             WindowKind::Session { .. } => unreachable!("sessions have their own operator"),
         };
+        let entry_bytes = Self::entry_bytes(&plan);
         Window {
             aggs: Aggregates::new(&plan.aggregates),
             plan,
@@ -234,7 +299,180 @@ impl<K: GroupKey> Window<K> {
             late_rows: Vec::new(),
             refire: Vec::new(),
             dirty: DirtyBins::new(bins),
+            cache: state.map(|s| BinCache::new(s, bins, entry_bytes)),
+            unconfirmed: None,
         }
+    }
+
+    /// Memory one key of one window takes, about.
+    fn entry_bytes(plan: &WindowPlan) -> u64 {
+        let aggs = Aggregates::new(&plan.aggregates);
+        let slot = std::mem::size_of::<Entry<K>>() * 8 / 7 + 1;
+        let spill = if aggs.num_len() > INLINE_WORDS {
+            aggs.num_len() * 8
+        } else {
+            0
+        };
+        let heap = if plan.key.word_fields().is_none() {
+            32
+        } else {
+            0
+        };
+        (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>() + heap) as u64
+    }
+
+    /// Puts an evicted bin's keys back in memory (of windows still open).
+    fn load(&mut self, bin: u32) -> Result<(), String> {
+        let Some(cache) = &mut self.cache else {
+            return Ok(());
+        };
+        let chunks = cache.read(bin).map_err(|e| e.0)?;
+        cache.loaded(bin);
+        let mut keys = 0;
+        for chunk in chunks {
+            for (key, value) in chunk.entries {
+                keys += self.install(&key, &value, false)?;
+            }
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.added(bin, keys);
+        }
+        tracing::trace!(bin, keys, "state loaded from the store");
+        Ok(())
+    }
+
+    /// Adds one stored key (`window start | key` → accumulators) to its
+    /// window, unless the window is over; returns 1 if added. `create`
+    /// opens windows that are not open (restoring), else they are skipped
+    /// (they were purged while the bin was out of memory).
+    fn install(&mut self, key: &[u8], value: &[u8], create: bool) -> Result<u64, String> {
+        let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
+        let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+        let end = start + self.size_ms;
+        if Self::expired(end, self.plan.allowed_lateness_ms, self.watermark) {
+            return Ok(0);
+        }
+        let stored: StoredEntry =
+            postcard::from_bytes(value).map_err(|e| format!("undecodable window state: {e}"))?;
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        if stored.num.len() != words || stored.other.len() != o {
+            return Err(format!(
+                "a key holds {} + {} accumulators, the window computes {} + {}",
+                stored.num.len(),
+                stored.other.len(),
+                words,
+                o
+            ));
+        }
+        let watermark = self.watermark;
+        let panes = match (self.windows.get_mut(&start), create) {
+            (Some(p), _) => p,
+            (None, true) => self
+                .windows
+                .entry(start)
+                .or_insert_with(|| Panes::new(end, 0)),
+            (None, false) => return Ok(0),
+        };
+        // Every instance has the same input watermark at a barrier, so a
+        // window has fired exactly when the watermark reached its end.
+        panes.fired = end - 1 <= watermark;
+        let hash = self.plan.key.hash_encoded(group);
+        panes.pane.insert(
+            hash,
+            K::from_encoded(&self.plan.key, group),
+            &stored.num,
+            stored.other,
+        );
+        self.expected_keys = self.expected_keys.max(panes.pane.table.len());
+        Ok(1)
+    }
+
+    /// Brings the state back within its memory budget: evicts the least
+    /// recently used bins, spilling those whose state in the store is not
+    /// current.
+    /// Returns how many bins it evicted.
+    fn shrink(&mut self) -> Result<u64, String> {
+        let Some(cache) = &self.cache else {
+            return Ok(0);
+        };
+        let victims = cache.victims();
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        if self
+            .unconfirmed
+            .as_ref()
+            .is_some_and(|(id, _)| cache.committed(*id))
+        {
+            self.unconfirmed = None;
+        }
+        let unconfirmed = self.unconfirmed.as_ref().map_or(&[][..], |(_, b)| b);
+        let stale: Vec<u32> = victims
+            .iter()
+            .copied()
+            .filter(|&b| self.dirty.contains(b) || unconfirmed.binary_search(&b).is_ok())
+            .collect();
+        if !stale.is_empty() {
+            let spilled = self.collect(stale).finish();
+            let cache = self.cache.as_mut().expect("checked above");
+            let emptied = spilled.emptied.into_iter().map(|b| (b, Vec::new()));
+            for (bin, entries) in spilled.bins.into_iter().chain(emptied) {
+                cache.spill(bin, entries).map_err(|e| e.0)?;
+                self.dirty.unmark(bin);
+            }
+        }
+        self.evict(&victims);
+        Ok(victims.len() as u64)
+    }
+
+    /// The stored form of every key of `bins`, grouped by bin.
+    fn collect(&self, bins: Vec<u32>) -> BinEntries {
+        let mut out = BinEntries::new(self.dirty.bins(), bins);
+        let words = self.aggs.num_len();
+        let o = self.aggs.other_len();
+        for (&start, panes) in &self.windows {
+            for entry in panes.pane.table.iter() {
+                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else {
+                    continue;
+                };
+                let mut key = start.to_be_bytes().to_vec();
+                entry.key.encode(&self.plan.key, &mut key);
+                let i = entry.index as usize;
+                let stored = StoredEntry {
+                    fired: panes.fired,
+                    num: panes.pane.num(entry, words)[..words].to_vec(),
+                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
+                };
+                slot.push((
+                    key,
+                    postcard::to_stdvec(&stored).expect("window state encodes"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Drops the keys of `victims` from memory; their state is in the store.
+    fn evict(&mut self, victims: &[u32]) {
+        let Some(cache) = &mut self.cache else { return };
+        if victims.is_empty() {
+            return;
+        }
+        let bins = self.dirty.bins();
+        let mut evict = vec![false; bins as usize];
+        for &b in victims {
+            evict[b as usize] = true;
+            cache.evicted(b);
+        }
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        for panes in self.windows.values_mut() {
+            panes.pane.evict(bins, &evict, words, o);
+        }
+        tracing::debug!(
+            bins = victims.len(),
+            resident_bytes = cache.resident_bytes(),
+            "state evicted to the store"
+        );
     }
 
     /// Whether a window ending at `end` is past its allowed lateness.
@@ -266,16 +504,42 @@ impl<K: GroupKey> Operator for Window<K> {
             .last_ingest_ns
             .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
+        // Bins of this batch that were evicted come back first.
+        if let Some(cache) = &mut self.cache {
+            let mut missing = Vec::new();
+            for &h in batch.key_hash() {
+                let bin = bin_of(h, self.dirty.bins());
+                if !cache.is_resident(bin) && !missing.contains(&bin) {
+                    missing.push(bin);
+                }
+                cache.touch(bin);
+            }
+            ctx.count(&ctx.metrics.state_loads, missing.len() as u64);
+            for bin in missing {
+                if let Err(e) = self.load(bin) {
+                    ctx.fail(format!("cannot load bin {bin} of its state: {e}"));
+                    return;
+                }
+            }
+        }
         let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
-        let (windows, aggs, scratch, refire, dirty) = (
+        let bins = self.dirty.bins();
+        let (windows, aggs, scratch, refire, cache, dirty) = (
             &mut self.windows,
             &self.aggs,
             &mut self.key_scratch,
             &mut self.refire,
+            &mut self.cache,
             &mut self.dirty,
         );
+        let mut counted = |hash: u64, new: bool| {
+            dirty.mark(hash);
+            if let (true, Some(c)) = (new, cache.as_mut()) {
+                c.added(bin_of(hash, bins), 1);
+            }
+        };
         let expected = self.expected_keys;
         let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
@@ -304,8 +568,8 @@ impl<K: GroupKey> Operator for Window<K> {
                         ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
-                    dirty.mark(hash);
+                    let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    counted(hash, new);
                     if panes.fired {
                         refire.push((start, hash, e));
                     }
@@ -320,8 +584,8 @@ impl<K: GroupKey> Operator for Window<K> {
                     let panes = windows
                         .entry(w.start)
                         .or_insert_with(|| Panes::new(w.end, expected));
-                    let e = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
-                    dirty.mark(hash);
+                    let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    counted(hash, new);
                     if panes.fired {
                         refire.push((w.start, hash, e));
                     }
@@ -355,21 +619,70 @@ impl<K: GroupKey> Operator for Window<K> {
             refire.clear();
             self.refire = refire;
         }
+        if self.cache.as_ref().is_some_and(|c| c.over_budget()) {
+            match self.shrink() {
+                Ok(evicted) => ctx.count(&ctx.metrics.state_evictions, evicted),
+                Err(e) => ctx.fail(format!("cannot spill state to the store: {e}")),
+            }
+        }
     }
 
     fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
         self.watermark = watermark;
         let plan = self.plan.clone();
         let mut out = self.output(ctx, self.batch_size);
+        let mut firing = Vec::new();
         for (&start, panes) in self.windows.iter_mut() {
             if panes.end - 1 > watermark {
                 break;
             }
             if !panes.fired {
                 panes.fired = true;
+                firing.push((start, panes.end));
                 self.expected_keys = panes.pane.table.len();
                 for entry in panes.pane.table.iter() {
                     out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
+                }
+            }
+        }
+        // Keys of evicted bins are read from the store as they are emitted,
+        // not brought back into memory.
+        if let (Some(cache), false) = (&self.cache, firing.is_empty()) {
+            let evicted: Vec<u32> = cache.evicted_bins().collect();
+            for bin in evicted {
+                let chunks = match cache.read(bin) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        out.ctx
+                            .fail(format!("cannot read bin {bin} of its state: {e}"));
+                        return;
+                    }
+                };
+                for (key, value) in chunks.iter().flat_map(|c| &c.entries) {
+                    let Some(&(start, end)) = firing
+                        .iter()
+                        .find(|(s, _)| key.get(..8) == Some(&s.to_be_bytes()[..]))
+                    else {
+                        continue;
+                    };
+                    let stored: StoredEntry = match postcard::from_bytes(value) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            out.ctx
+                                .fail(format!("undecodable window state in bin {bin}: {e}"));
+                            return;
+                        }
+                    };
+                    let group = K::from_encoded(&plan.key, &key[8..]);
+                    out.row_parts(
+                        &plan,
+                        &self.aggs,
+                        &group,
+                        &stored.num,
+                        &stored.other,
+                        start,
+                        end,
+                    );
                 }
             }
         }
@@ -382,71 +695,43 @@ impl<K: GroupKey> Operator for Window<K> {
             // Its keys leave the state: their bins change.
             for e in entry.get().pane.table.iter() {
                 self.dirty.mark(e.hash);
+                if let Some(c) = &mut self.cache {
+                    c.removed(bin_of(e.hash, self.dirty.bins()), 1);
+                }
             }
             entry.remove();
         }
     }
 
-    fn snapshot(&mut self, _checkpoint: u64) -> Snapshot {
+    fn snapshot(&mut self, checkpoint: u64) -> Snapshot {
         let dirty = self.dirty.take();
-        if dirty.is_empty() {
-            return Snapshot::default();
-        }
-        let mut out = BinEntries::new(self.dirty.bins(), dirty);
-        let words = self.aggs.num_len();
-        let o = self.aggs.other_len();
-        for (&start, panes) in &self.windows {
-            for entry in panes.pane.table.iter() {
-                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else {
-                    continue;
-                };
-                let mut key = start.to_be_bytes().to_vec();
-                entry.key.encode(&self.plan.key, &mut key);
-                let i = entry.index as usize;
-                let stored = StoredEntry {
-                    fired: panes.fired,
-                    num: panes.pane.num(entry, words)[..words].to_vec(),
-                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
-                };
-                slot.push((
-                    key,
-                    postcard::to_stdvec(&stored).expect("window state encodes"),
-                ));
+        let mut snapshot = if dirty.is_empty() {
+            Snapshot::default()
+        } else {
+            self.collect(dirty.clone()).finish()
+        };
+        if let Some(cache) = &mut self.cache {
+            // Written whole now: spilled versions of these bins are stale.
+            for &b in &dirty {
+                cache.superseded(b);
+            }
+            snapshot.spilled = cache.spilled_for_checkpoint(&dirty);
+            if !dirty.is_empty() {
+                self.unconfirmed = Some((checkpoint, dirty));
             }
         }
-        out.finish()
+        snapshot
     }
 
-    fn restore(&mut self, _bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
-        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+    fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
+        let mut keys = 0;
         for (key, value) in entries {
-            let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
-            let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
-            let stored: StoredEntry = postcard::from_bytes(&value)
-                .map_err(|e| format!("undecodable window state: {e}"))?;
-            if stored.num.len() != words || stored.other.len() != o {
-                return Err(format!(
-                    "a key holds {} + {} accumulators, the window computes {} + {}",
-                    stored.num.len(),
-                    stored.other.len(),
-                    words,
-                    o
-                ));
-            }
-            let end = start + self.size_ms;
-            let panes = self
-                .windows
-                .entry(start)
-                .or_insert_with(|| Panes::new(end, 0));
-            panes.fired = stored.fired;
-            let hash = self.plan.key.hash_encoded(group);
-            panes.pane.insert(
-                hash,
-                K::from_encoded(&self.plan.key, group),
-                &stored.num,
-                stored.other,
-            );
-            self.expected_keys = self.expected_keys.max(panes.pane.table.len());
+            keys += self.install(&key, &value, true)?;
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.added(bin, keys);
+            cache.touch(bin);
+            self.shrink()?;
         }
         Ok(())
     }

@@ -1,0 +1,124 @@
+//! What `eddy run` starts beside the pipeline: the mesh node (`[mesh]`)
+//! and the local HTTP API (`[api]`). Both start before any source, so a
+//! bad certificate or a taken port stops the run before it reads anything;
+//! both stop after the pipeline, the mesh by leaving the cluster so peers
+//! mark this node down at once instead of suspecting it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::http::{HttpServer, Limits, Router};
+use super::status::{StatusSource, routes};
+use crate::config::NodeConfig;
+use crate::mesh::config::DiscoveryKind;
+use crate::mesh::driver::MeshNode;
+
+/// Time for the goodbye packets to leave before the endpoint closes.
+const LEAVE_FLUSH: Duration = Duration::from_millis(150);
+
+pub(crate) struct Services {
+    mesh: Option<Arc<MeshNode>>,
+    api: Option<HttpServer>,
+    source: Arc<StatusSource>,
+}
+
+impl Services {
+    /// Starts the mesh if `[mesh]` is present, then the API if enabled.
+    /// The error says what failed and how to fix it.
+    pub(crate) fn start(node: &NodeConfig, pipeline: &Path) -> Result<Services, String> {
+        let mesh = match &node.mesh {
+            None => None,
+            Some(config) => {
+                let name = node.name_given.then_some(node.name.as_str());
+                let mesh = MeshNode::start_from_config(config, name)
+                    .map_err(|e| format!("cannot start the mesh: {e}"))?;
+                let me = mesh.identity();
+                let discovery: Vec<String> = config
+                    .discovery
+                    .iter()
+                    .map(|k| match k {
+                        DiscoveryKind::Mdns => "mdns".to_string(),
+                        DiscoveryKind::Static => format!("static {:?}", config.seeds),
+                    })
+                    .collect();
+                tracing::info!(
+                    node = %me.name,
+                    cluster = %mesh.endpoint().hello().cluster,
+                    listen = %mesh.endpoint().local_addr(),
+                    advertise = %me.addr,
+                    incarnation = me.incarnation,
+                    "mesh started; discovery: {}",
+                    discovery.join(", ")
+                );
+                Some(Arc::new(mesh))
+            }
+        };
+        let name = match &mesh {
+            Some(m) => m.identity().name.clone(),
+            None => node.name.clone(),
+        };
+        let source = Arc::new(StatusSource {
+            node: name,
+            pipeline: pipeline.display().to_string(),
+            started: Instant::now(),
+            mesh: mesh.clone(),
+            stopping: AtomicBool::new(false),
+        });
+        let mut services = Services {
+            mesh,
+            api: None,
+            source: source.clone(),
+        };
+        if node.api.enabled {
+            let router = routes(Router::new(), source);
+            match HttpServer::bind(node.api.address, router, Limits::default()) {
+                Ok(server) => {
+                    tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
+                    services.api = Some(server);
+                }
+                Err(e) if node.api.explicit => {
+                    let msg = format!(
+                        "cannot serve the local API on {} ([api] address): {e}",
+                        node.api.address
+                    );
+                    services.shutdown_blocking();
+                    return Err(msg);
+                }
+                Err(e) => {
+                    // The default port is likely another eddy's on this
+                    // host: run without an API rather than not at all.
+                    tracing::warn!(
+                        "the local API is off: cannot listen on {} ({e}); another eddy may \
+                         have it. Set [api] address to serve it elsewhere, or enabled = false",
+                        node.api.address
+                    );
+                }
+            }
+        }
+        Ok(services)
+    }
+
+    /// The pipeline is draining: `/health` answers 503 from now on.
+    pub(crate) fn set_stopping(&self) {
+        self.source.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Leaves the mesh (members mark this node down at once), stops the
+    /// API, closes the endpoint.
+    pub(crate) async fn shutdown(mut self) {
+        self.set_stopping();
+        if let Some(mesh) = self.mesh.take() {
+            mesh.leave().await;
+            smol::Timer::after(LEAVE_FLUSH).await;
+            mesh.endpoint().close();
+            tracing::info!("left the mesh");
+        }
+        self.api = None;
+    }
+
+    pub(crate) fn shutdown_blocking(self) {
+        smol::block_on(self.shutdown());
+    }
+}
