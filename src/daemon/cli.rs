@@ -48,6 +48,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: ClusterAction,
     },
+    /// Look at the durable state in a data dir, or move one bin of it to
+    /// another data dir.
+    State {
+        #[command(subcommand)]
+        action: StateAction,
+    },
     /// List the members of a running node's mesh (read from its local API).
     Peers {
         /// The node's local API (`[api] address`).
@@ -57,6 +63,52 @@ pub(crate) enum Command {
         /// "last_seen_ms", "incarnation", "local"}]}` instead of a table.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum StateAction {
+    /// List the checkpoints (newest first, damaged ones with the reason),
+    /// and the operators and bins of the newest good one.
+    Inspect {
+        /// The data dir (`[node] data_dir`). It must not be in use.
+        data_dir: PathBuf,
+        /// Print one JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one bin's state of one operator as a stream of checksummed
+    /// chunks (one chunk in memory at a time).
+    Export {
+        /// The data dir to read. It must not be in use.
+        data_dir: PathBuf,
+        /// The operator's component id.
+        #[arg(long, value_name = "ID")]
+        operator: String,
+        /// The bin.
+        #[arg(long, value_name = "N")]
+        bin: u32,
+        /// Read this checkpoint instead of the newest one.
+        #[arg(long, value_name = "ID")]
+        checkpoint: Option<u64>,
+        /// Write here instead of to stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Install a stream written by `export` as that bin's state, in a new
+    /// checkpoint; the rest of the state stays as it is.
+    Import {
+        /// The data dir to install into (created if missing). It must not
+        /// be in use.
+        data_dir: PathBuf,
+        /// The operator's component id; must match the stream.
+        #[arg(long, value_name = "ID")]
+        operator: String,
+        /// The bin; must match the stream.
+        #[arg(long, value_name = "N")]
+        bin: u32,
+        /// The stream; stdin if not given.
+        file: Option<PathBuf>,
     },
 }
 

@@ -1,5 +1,5 @@
 //! Command-line entry points: `run`, `validate`, `bench`, `cluster`,
-//! `peers`.
+//! `peers`, `state`.
 
 pub mod api;
 mod bench;
@@ -10,6 +10,7 @@ mod load;
 mod peers;
 mod run;
 mod services;
+mod state;
 mod stats;
 mod status;
 
@@ -42,6 +43,22 @@ pub fn main() -> ExitCode {
                 force,
                 node_name,
             } => cluster::issue(&ca_dir, &out, &node_name, days, force),
+        },
+        cli::Command::State { action } => match action {
+            cli::StateAction::Inspect { data_dir, json } => state::inspect(&data_dir, json),
+            cli::StateAction::Export {
+                data_dir,
+                operator,
+                bin,
+                checkpoint,
+                out,
+            } => state::export(&data_dir, &operator, bin, checkpoint, out.as_deref()),
+            cli::StateAction::Import {
+                data_dir,
+                operator,
+                bin,
+                file,
+            } => state::import(&data_dir, &operator, bin, file.as_deref()),
         },
     }
 }

@@ -12,13 +12,18 @@
 //! flushed first (unreferenced until then), then its record, which is one
 //! insert. The two newest checkpoints are kept, so a record or chunk that
 //! fails its checksum falls back to the one before.
+//!
+//! [`transfer`] moves one bin between stores as a stream of its chunks;
+//! [`inspect`] describes what a data dir holds.
 
 #[doc(hidden)]
 pub mod bench;
 mod chunk;
+pub(crate) mod inspect;
 mod lock;
 mod record;
 mod store;
+pub(crate) mod transfer;
 
 pub(crate) use chunk::Chunk;
 

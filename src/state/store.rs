@@ -457,8 +457,10 @@ impl Store {
 
     /// Installs a bin's state from exported chunks as a new checkpoint
     /// (the newest one with that bin replaced). Chunks are verified and
-    /// written one at a time.
-    #[allow(dead_code)] // for `eddy state import`, on its way
+    /// written one at a time, under a version from the store's allocator
+    /// (call [`restore_point`](Self::restore_point) first, which sets the
+    /// base and moves the allocator above every version kept). On failure
+    /// the chunks written are removed again: no checkpoint refers to them.
     pub(crate) fn import_bin(
         &self,
         op: &str,
@@ -466,7 +468,15 @@ impl Store {
         chunks: impl Iterator<Item = Vec<u8>>,
     ) -> Result<BinRecord, StoreError> {
         let base = self.latest().unwrap_or_default();
-        let id = base.id + 1;
+        // Above every record, a damaged newer one included: never replace one.
+        let id = self
+            .records()
+            .iter()
+            .map(|(id, _, _)| *id)
+            .max()
+            .unwrap_or(0)
+            .max(base.id)
+            + 1;
         let version = self.allocate();
         let tree = self.tree(op)?;
         let mut rec = BinRecord {
@@ -474,22 +484,32 @@ impl Store {
             version,
             ..Default::default()
         };
-        for raw in chunks {
-            let chunk = decode_chunk(&raw).map_err(|e| {
-                self.err(
-                    format!("operator {op} bin {bin}: imported chunk {}", rec.chunks),
-                    e,
-                )
-            })?;
-            rec.entries += chunk.entries.len() as u64;
-            rec.bytes += raw.len() as u64;
-            tree.insert(chunk_key(bin, version, rec.chunks), raw)
-                .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
-            rec.chunks += 1;
+        let written = (|| {
+            for raw in chunks {
+                let chunk = decode_chunk(&raw).map_err(|e| {
+                    self.err(
+                        format!("operator {op} bin {bin}: imported chunk {}", rec.chunks),
+                        e,
+                    )
+                })?;
+                rec.entries += chunk.entries.len() as u64;
+                rec.bytes += raw.len() as u64;
+                tree.insert(chunk_key(bin, version, rec.chunks), raw)
+                    .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
+                rec.chunks += 1;
+            }
+            self.db
+                .flush()
+                .map_err(|e| self.err("cannot flush an imported bin", e))
+        })();
+        if let Err(e) = written {
+            let mut batch = sled::Batch::default();
+            for c in 0..=rec.chunks {
+                batch.remove(&chunk_key(bin, version, c));
+            }
+            let _ = tree.apply_batch(batch).and_then(|()| self.db.flush());
+            return Err(e);
         }
-        self.db
-            .flush()
-            .map_err(|e| self.err("cannot flush an imported bin", e))?;
         let mut record = base.clone();
         record.id = id;
         record.time_ms = now_ms();
@@ -553,7 +573,13 @@ impl Store {
         // Held throughout: a spill claims its version before writing, so
         // every chunk seen here unclaimed is garbage.
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let mut highest = 0;
+        // Versions a retained record names count even if their chunks are
+        // gone (a damaged checkpoint): a new version must not revive them.
+        let mut highest = referenced
+            .values()
+            .flat_map(|r| r.iter().map(|(_, v)| *v))
+            .max()
+            .unwrap_or(0);
         for name in self.db.tree_names() {
             let Some(op) = std::str::from_utf8(&name)
                 .ok()
@@ -591,7 +617,6 @@ impl Store {
     }
 
     /// The store's size on disk.
-
     pub(crate) fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }
