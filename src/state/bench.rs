@@ -114,7 +114,7 @@ pub fn checkpoint_figures(dir: &Path, keys: u64, bins: u32) -> Result<Checkpoint
     let mut dirty = vec![false; bins as usize];
     for (b, s) in state.iter_mut().enumerate() {
         for (k, v) in s.iter_mut() {
-            if hash_u64(*k as u64 ^ 0x5bd1_e995) % 10 == 0 {
+            if hash_u64(*k as u64 ^ 0x5bd1_e995).is_multiple_of(10) {
                 v[0] += 1;
                 dirty[b] = true;
             }

@@ -93,6 +93,17 @@ fn tree_name(op: &str) -> String {
     format!("op:{op}")
 }
 
+/// Garbage collection and spills are not flushed one by one (a checkpoint
+/// flushes what it needs); flushing on close keeps the files from carrying
+/// versions that were already dropped into the next run.
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.db.flush() {
+            tracing::warn!("cannot flush the state in {}: {e}", self.dir.display());
+        }
+    }
+}
+
 impl Store {
     /// Opens the store in `DATA_DIR/state`, locking the data dir. Leftovers
     /// of a checkpoint that did not complete are removed.
@@ -747,6 +758,7 @@ mod tests {
         let mut bad = tree.get(key).unwrap().unwrap().to_vec();
         bad[3] ^= 0x40;
         tree.insert(key, bad).unwrap();
+        tree.flush().unwrap();
         drop((tree, store));
         let store = Store::open(dir.path(), 8 << 20).unwrap();
         let restored = store.restore_point().unwrap();
