@@ -41,7 +41,7 @@ fn pipeline(events: u64, state: Option<(&std::path::Path, &str)>) -> String {
 
 fn window(runs: usize, events: u64) {
     println!("## Keyed window count ({KEYS} keys, 1 s tumbling)\n");
-            // Keys are uniform, so every batch touches nearly every bin: with a
+    // Keys are uniform, so every batch touches nearly every bin: with a
     // cache below the state, LRU cycles bins through sled on each batch
     // (the worst case; it runs a hundredth of the events to keep the bench
     // short).
@@ -53,7 +53,7 @@ fn window(runs: usize, events: u64) {
             events,
         ),
         (
-                                    "sled, cache 1 MiB (a fifth of the state), checkpoint every 1 s",
+            "sled, cache 1 MiB (a fifth of the state), checkpoint every 1 s",
             Some("1MiB"),
             events / 100,
         ),
@@ -67,7 +67,7 @@ fn window(runs: usize, events: u64) {
             let r = eddy::run_pipeline_str(&toml).expect("the pipeline runs");
             let w = r.component("w").expect("the window reports");
             assert_eq!(w.records_in, events, "every event reached the window");
-                        moved[i] = (w.state_evictions, w.state_loads);
+            moved[i] = (w.state_evictions, w.state_loads);
             assert_eq!(
                 cache == Some("1MiB"),
                 w.state_evictions > 0,
@@ -77,9 +77,9 @@ fn window(runs: usize, events: u64) {
         }
     }
     let base = median(rates[0].clone());
-        println!("| state | events | M events/s | vs in memory | bins evicted / loaded |");
+    println!("| state | events | M events/s | vs in memory | bins evicted / loaded |");
     println!("|---|---|---|---|---|");
-        for (i, (name, _, events)) in regimes.iter().enumerate() {
+    for (i, (name, _, events)) in regimes.iter().enumerate() {
         let m = median(rates[i].clone());
         println!(
             "| {name} | {events} | {m:.2} | {:.3} | {} / {} |",

@@ -19,13 +19,38 @@ const RECORDS: u64 = 60_000;
 /// Few bins, so each holds ~12 000 keys: more than one 256 KiB chunk.
 const BINS: u64 = 4;
 
-fn config(s: &Scratch, data: &Path) -> PathBuf {
-    let mut text = String::new();
-    for i in 0..RECORDS {
+/// The run that makes a data dir: `keys` keys over `records` records.
+#[derive(Clone, Copy)]
+struct Shape {
+    keys: u64,
+    records: u64,
+    bins: u64,
+    workers: u64,
+    cache: &'static str,
+}
+
+const SHARED: Shape = Shape {
+    keys: KEYS,
+    records: RECORDS,
+    bins: BINS,
+    workers: 2,
+    cache: "64KiB",
+};
+
+fn config(s: &Scratch, data: &Path, shape: Shape) -> PathBuf {
+    let Shape {
+        keys,
+        records,
+        bins,
+        workers,
+        cache,
+    } = shape;
+    let mut text = String::with_capacity(records as usize * 48);
+    for i in 0..records {
         // 2026-01-01T00:00:00Z onwards, well inside the first hour.
         text.push_str(&format!(
             "{{\"k\":{},\"v\":{},\"ts\":{}}}\n",
-            i % KEYS,
+            i % keys,
             i % 97,
             1_767_225_600_000 + i as i64 / 20
         ));
@@ -36,13 +61,13 @@ fn config(s: &Scratch, data: &Path) -> PathBuf {
         &format!(
             r#"
 [node]
-workers = 2
-bins = {BINS}
+workers = {workers}
+bins = {bins}
 data_dir = "{data}"
 [api]
 enabled = false
 [state]
-cache_bytes = "64KiB"
+cache_bytes = "{cache}"
 [checkpoint]
 interval = "100ms"
 [sources.in]
@@ -76,20 +101,21 @@ path = "{raw}"
 
 /// Starts `eddy run` and waits until the source has read every record
 /// (the pass-through sink has them all).
-fn start(s: &Scratch, data: &Path) -> Child {
+fn start(s: &Scratch, data: &Path, shape: Shape) -> Child {
     let child = eddy()
         .arg("run")
         .arg("--stats")
-        .arg(config(s, data))
+        .arg(config(s, data, shape))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while (s.read("raw.jsonl").lines().count() as u64) < RECORDS {
+    let deadline = Instant::now() + Duration::from_secs(15 + shape.records / 20_000);
+    let read = || std::fs::read(s.path("raw.jsonl")).unwrap_or_default();
+    while (read().iter().filter(|&&b| b == b'\n').count() as u64) < shape.records {
         assert!(Instant::now() < deadline, "eddy did not read its input");
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
     child
 }
@@ -116,7 +142,7 @@ fn source(s: &Scratch) -> PathBuf {
     let (_, made) = MADE.get_or_init(|| {
         let s = Scratch::new();
         let data = s.path("data");
-        let stderr = stop(start(&s, &data));
+        let stderr = stop(start(&s, &data, SHARED));
         // The state really left the cache, so checkpoints adopted spills.
         assert!(stderr.contains("state over the cache"), "{stderr}");
         (s, data)
@@ -426,7 +452,7 @@ fn a_damaged_or_truncated_stream_is_refused_by_chunk_and_changes_nothing() {
 fn a_running_eddy_keeps_the_state_commands_out_and_they_name_its_pid() {
     let s = Scratch::new();
     let data = s.path("data");
-    let child = start(&s, &data);
+    let child = start(&s, &data, SHARED);
     let pid = format!("pid {}", child.id());
     let e = refused(state(&[&"inspect", &data]), &[&pid, "in use"]);
     assert!(e.contains(&data.display().to_string()), "{e}");
@@ -514,4 +540,107 @@ fn unknown_operators_and_bins_out_of_range_are_clear_errors() {
     // Usage errors are clap's: exit 2.
     let o = state(&[&"export", &data, &"--operator", &"w"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Runs `eddy state ARGS` and returns its output with its peak resident
+/// memory in bytes (from `wait4`, so nothing between two samples is missed).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also gives its rusage
+fn state_peak_rss(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (std::process::ExitStatus, u64, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut c = eddy();
+    c.arg("state")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for a in args {
+        c.arg(a);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4");
+    // Linux reports ru_maxrss in KiB.
+    (
+        std::process::ExitStatus::from_raw(status),
+        usage.ru_maxrss as u64 * 1024,
+        err,
+    )
+}
+
+/// Issue 3's round trip: one bin of an operator holding a million keys is
+/// exported, imported into a fresh data dir and exported back unchanged,
+/// and the export's peak memory is bounded by its chunks, not the bin.
+#[test]
+fn a_bin_of_a_million_keys_round_trips_with_export_memory_bounded_by_the_chunk() {
+    const MILLION: u64 = 1_000_000;
+    let s = Scratch::new();
+    let data = s.path("data");
+    let shape = Shape {
+        keys: MILLION,
+        records: MILLION,
+        bins: 1,
+        workers: 1,
+        cache: "1GiB",
+    };
+    stop(start(&s, &data, shape));
+    let b = bins(&inspect_json(&data));
+    assert_eq!(b.len(), 1, "{b:?}");
+    let (bin, keys, chunk_count) = b[0];
+    assert_eq!((bin, keys), (0, MILLION), "every key in the one bin");
+
+    // A baseline for the process: the same binary opening the same store.
+    let (st, inspect_rss, err) = state_peak_rss(&[&"inspect", &data]);
+    assert!(st.success(), "{err}");
+    let out = s.path("bin0.eddybin");
+    let (st, export_rss, err) = state_peak_rss(&[
+        &"export",
+        &data,
+        &"--operator",
+        &"w",
+        &"--bin",
+        &"0",
+        &"--out",
+        &out,
+    ]);
+    assert!(st.success(), "{err}");
+    let original = std::fs::read(&out).unwrap();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "export of {keys} keys: {:.1} MiB in {chunk_count} chunks; peak RSS {:.1} MiB (inspect {:.1} MiB)",
+        mib(original.len() as u64),
+        mib(export_rss),
+        mib(inspect_rss)
+    );
+    // Chunks hold at most 256 KiB of entries; the encoder, the checksum
+    // and the write buffer each hold about one. The bin is ~100 times that.
+    assert!(original.len() > 16 << 20, "{} bytes", original.len());
+    assert!(
+        export_rss <= inspect_rss + (8 << 20),
+        "export peaked at {:.1} MiB, inspect of the same store at {:.1} MiB",
+        mib(export_rss),
+        mib(inspect_rss)
+    );
+
+    let target = s.path("target");
+    ok(import(&target, 0, &out));
+    assert_eq!(
+        bins(&inspect_json(&target)),
+        vec![(0, MILLION, chunk_count)]
+    );
+    let back = s.path("back.eddybin");
+    ok(state(&[
+        &"export",
+        &target,
+        &"--operator",
+        &"w",
+        &"--bin",
+        &"0",
+        &"--out",
+        &back,
+    ]));
+    let back = std::fs::read(back).unwrap();
+    let (a, b) = (chunks(&original), chunks(&back));
+    assert!(a == b, "{} chunks exported, {} came back", a.len(), b.len());
 }

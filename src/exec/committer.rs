@@ -61,11 +61,19 @@ pub(crate) fn take(
     cp: &Checkpoints,
     go_on: &dyn Fn() -> bool,
 ) -> Result<Option<Committed>, String> {
-    let id = cp.requested() + 1;
+    let alive = || go_on() && !shared.failed.load(Relaxed) && !shared.halted.load(Relaxed);
+    let mut id = cp.requested() + 1;
     if !cp.request(id) {
-        return Ok(None);
+        // The one before is still in flight: the periodic thread stopped
+        // (SIGTERM) while waiting for it. Finish it, then take this one.
+        if cp.commit(id - 1, false, &alive)?.is_none() {
+            return Ok(None);
+        }
+        id = cp.requested() + 1;
+        if !cp.request(id) {
+            return Ok(None);
+        }
     }
     shared.wake_workers();
-    let alive = || go_on() && !shared.failed.load(Relaxed) && !shared.halted.load(Relaxed);
     cp.commit(id, false, &alive)
 }
