@@ -8,6 +8,7 @@ pub mod cluster;
 mod http;
 mod load;
 mod peers;
+mod prometheus;
 mod run;
 mod services;
 mod state;

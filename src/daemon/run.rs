@@ -70,6 +70,7 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    services.attach(running.reporter());
     let running = match wait_or_signal(running, &services) {
         Ok(r) => r,
         Err(code) => {

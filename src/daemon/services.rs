@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::http::{HttpServer, Limits, Router};
+use super::prometheus::{self, MetricsSource};
 use super::status::{StatusSource, routes};
 use crate::config::NodeConfig;
 use crate::mesh::config::DiscoveryKind;
@@ -22,6 +23,7 @@ pub(crate) struct Services {
     mesh: Option<Arc<MeshNode>>,
     api: Option<HttpServer>,
     source: Arc<StatusSource>,
+    metrics: Arc<MetricsSource>,
 }
 
 impl Services {
@@ -59,6 +61,7 @@ impl Services {
             Some(m) => m.identity().name.clone(),
             None => node.name.clone(),
         };
+        let metrics = Arc::new(MetricsSource::new(name.clone()));
         let source = Arc::new(StatusSource {
             node: name,
             pipeline: pipeline.display().to_string(),
@@ -70,9 +73,10 @@ impl Services {
             mesh,
             api: None,
             source: source.clone(),
+            metrics: metrics.clone(),
         };
         if node.api.enabled {
-            let router = routes(Router::new(), source);
+            let router = prometheus::routes(routes(Router::new(), source), metrics);
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
@@ -98,6 +102,11 @@ impl Services {
             }
         }
         Ok(services)
+    }
+
+    /// The pipeline has started: `/metrics` reads its counters.
+    pub(crate) fn attach(&self, reporter: crate::exec::Reporter) {
+        self.metrics.attach(reporter);
     }
 
     /// The pipeline is draining: `/health` answers 503 from now on.

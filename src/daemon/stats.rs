@@ -87,5 +87,17 @@ pub(crate) fn table(report: &Report) -> String {
             c.id, c.state_evictions, c.state_loads
         );
     }
+    if let Some(cp) = report.checkpoints.filter(|c| c.completed > 0) {
+        let _ = writeln!(
+            out,
+            "checkpoints: {} committed, the last (#{}) in {:.1} ms with {} bytes of state; slowest {:.1} ms; {} bytes in all",
+            cp.completed,
+            cp.last_id,
+            cp.last_duration.as_secs_f64() * 1e3,
+            cp.last_bytes,
+            cp.max_duration.as_secs_f64() * 1e3,
+            cp.bytes_total
+        );
+    }
     out
 }

@@ -80,6 +80,22 @@ pub(crate) struct Checkpoints {
     changed: Condvar,
     /// Exactly-once sink writers, told when a checkpoint is committed.
     commits: Mutex<BTreeMap<usize, CommitListener>>,
+    /// When the checkpoint in flight was requested.
+    requested_at: Mutex<Option<Instant>>,
+    stats: Mutex<CheckpointStats>,
+}
+
+/// The checkpoints of this run so far, for `--stats` and `/metrics`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CheckpointStats {
+    pub(crate) completed: u64,
+    pub(crate) last_id: u64,
+    /// From the request of its barriers to its commit.
+    pub(crate) last_duration: Duration,
+    pub(crate) max_duration: Duration,
+    /// Bytes of state written.
+    pub(crate) last_bytes: u64,
+    pub(crate) bytes_total: u64,
 }
 
 /// The outcome of one commit, for logs and benchmarks.
@@ -115,7 +131,13 @@ impl Checkpoints {
             }),
             changed: Condvar::new(),
             commits: Mutex::new(BTreeMap::new()),
+            requested_at: Mutex::new(None),
+            stats: Mutex::new(CheckpointStats::default()),
         }
+    }
+
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -206,6 +228,7 @@ impl Checkpoints {
             return false;
         }
         self.requested.store(id, SeqCst);
+        *self.requested_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         true
     }
 
@@ -341,6 +364,22 @@ impl Checkpoints {
             .commit(record, writes, &emptied)
             .map_err(|StoreError(e)| e)?;
         self.lock().committed = id;
+        let took = self
+            .requested_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(commit_started)
+            .elapsed();
+        {
+            let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            s.completed += 1;
+            s.last_id = id;
+            s.last_duration = took;
+            s.max_duration = s.max_duration.max(took);
+            s.last_bytes = stats.bytes;
+            s.bytes_total += stats.bytes;
+        }
         for listener in self
             .commits
             .lock()

@@ -82,18 +82,26 @@ pub(crate) fn even_assignment(bins: u32, workers: usize) -> Vec<u16> {
         .collect()
 }
 
-/// A started run.
-pub(crate) struct Running {
+/// Reads a run's counters, also while it runs (the local API's
+/// `/metrics`).
+#[derive(Clone)]
+pub(crate) struct Reporter {
     plan: Arc<Plan>,
     shared: Arc<Shared>,
     started: Instant,
-    workers: Vec<JoinHandle<()>>,
-    /// Reader and writer threads.
-    helpers: Vec<JoinHandle<()>>,
     /// `[node][worker]`
     metrics: Vec<Vec<Arc<OpMetrics>>>,
     /// Per node; sinks only.
     latency: Vec<Option<Arc<Latency>>>,
+}
+
+/// A started run.
+pub(crate) struct Running {
+    shared: Arc<Shared>,
+    reporter: Reporter,
+    workers: Vec<JoinHandle<()>>,
+    /// Reader and writer threads.
+    helpers: Vec<JoinHandle<()>>,
     /// The periodic checkpoint thread, and how to stop it.
     committer: Option<JoinHandle<()>>,
     committer_quit: Arc<AtomicBool>,
@@ -125,6 +133,59 @@ pub(crate) struct Report {
     pub(crate) dead_letter_path: std::path::PathBuf,
     /// Set when the run failed.
     pub(crate) failure: Option<String>,
+    /// `None` without checkpoints.
+    pub(crate) checkpoints: Option<checkpoint::CheckpointStats>,
+}
+
+impl Reporter {
+    pub(crate) fn report(&self) -> Report {
+        let components = self
+            .plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut total = Counters::default();
+                let (mut errors, mut late, mut evictions, mut loads) = (0, 0, 0, 0);
+                for m in &self.metrics[i] {
+                    let c = m.counters();
+                    total.records_in += c.records_in;
+                    total.records_out += c.records_out;
+                    total.useful_ns += c.useful_ns;
+                    total.waiting_ns += c.waiting_ns;
+                    total.blocked_ns += c.blocked_ns;
+                    errors += m.errors.load(Relaxed);
+                    late += m.late.load(Relaxed);
+                    evictions += m.state_evictions.load(Relaxed);
+                    loads += m.state_loads.load(Relaxed);
+                }
+                ComponentReport {
+                    id: n.id.clone(),
+                    kind: n.kind,
+                    type_name: n.type_name.clone(),
+                    counters: total,
+                    errors,
+                    late,
+                    state_evictions: evictions,
+                    state_loads: loads,
+                    latency_us: self.latency[i].as_ref().map(|l| l.snapshot()),
+                }
+            })
+            .collect();
+        Report {
+            elapsed: self.started.elapsed(),
+            components,
+            dead_letters: self.shared.dead_letter.count(),
+            dead_letter_path: self.shared.dead_letter.path().to_path_buf(),
+            checkpoints: self.shared.checkpoints.as_ref().map(|c| c.stats()),
+            failure: self
+                .shared
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
 }
 
 impl Running {
@@ -172,52 +233,12 @@ impl Running {
         }
     }
 
+    pub(crate) fn reporter(&self) -> Reporter {
+        self.reporter.clone()
+    }
+
     pub(crate) fn report(&self) -> Report {
-        let components = self
-            .plan
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let mut total = Counters::default();
-                let (mut errors, mut late, mut evictions, mut loads) = (0, 0, 0, 0);
-                for m in &self.metrics[i] {
-                    let c = m.counters();
-                    total.records_in += c.records_in;
-                    total.records_out += c.records_out;
-                    total.useful_ns += c.useful_ns;
-                    total.waiting_ns += c.waiting_ns;
-                    total.blocked_ns += c.blocked_ns;
-                    errors += m.errors.load(Relaxed);
-                    late += m.late.load(Relaxed);
-                    evictions += m.state_evictions.load(Relaxed);
-                    loads += m.state_loads.load(Relaxed);
-                }
-                ComponentReport {
-                    id: n.id.clone(),
-                    kind: n.kind,
-                    type_name: n.type_name.clone(),
-                    counters: total,
-                    errors,
-                    late,
-                    state_evictions: evictions,
-                    state_loads: loads,
-                    latency_us: self.latency[i].as_ref().map(|l| l.snapshot()),
-                }
-            })
-            .collect();
-        Report {
-            elapsed: self.started.elapsed(),
-            components,
-            dead_letters: self.shared.dead_letter.count(),
-            dead_letter_path: self.shared.dead_letter.path().to_path_buf(),
-            failure: self
-                .shared
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        }
+        self.reporter.report()
     }
 
     /// Waits for the run to end (every source ended and drained, or a
@@ -226,7 +247,7 @@ impl Running {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        let elapsed = self.started.elapsed();
+        let elapsed = self.reporter.started.elapsed();
         self.stop_committer();
         let finished = !self.shared.failed.load(Relaxed) && !self.shared.halted.load(Relaxed);
         if let (Some(cp), true) = (self.shared.checkpoints.clone(), finished) {

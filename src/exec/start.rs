@@ -336,13 +336,16 @@ pub(crate) fn start(
         _ => None,
     };
     Ok(Running {
-        plan,
+        reporter: super::Reporter {
+            plan,
+            shared: shared.clone(),
+            started: Instant::now(),
+            metrics,
+            latency,
+        },
         shared,
-        started: Instant::now(),
         workers: handles,
         helpers,
-        metrics,
-        latency,
         committer,
         committer_quit,
         shutdowns,
