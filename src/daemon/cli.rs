@@ -20,12 +20,16 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Where a packaged eddy (and `configs/eddy.service`) keeps its pipeline.
+const DEFAULT_CONFIG: &str = "/etc/eddy/eddy.toml";
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
     /// Run a pipeline until every source has ended, or until SIGINT/SIGTERM;
     /// then drain and exit.
     Run {
         /// The pipeline file (TOML).
+        #[arg(default_value = DEFAULT_CONFIG)]
         file: PathBuf,
         /// At exit, print per-component counts, rates and sink latency
         /// percentiles to stderr.
@@ -36,6 +40,7 @@ pub(crate) enum Command {
     /// or print a one-line summary and exit 0.
     Validate {
         /// The pipeline file (TOML).
+        #[arg(default_value = DEFAULT_CONFIG)]
         file: PathBuf,
     },
     /// Run a built-in benchmark workload through the real engine.

@@ -7,6 +7,7 @@ mod cli;
 pub mod cluster;
 mod http;
 mod load;
+mod notify;
 mod peers;
 mod prometheus;
 mod run;

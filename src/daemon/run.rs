@@ -51,7 +51,8 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     for w in d.render().lines() {
         tracing::warn!("{w}");
     }
-    tracing::info!(pipeline = %file.display(), "starting: {}", plan.describe());
+    let described = plan.describe();
+    tracing::info!(pipeline = %file.display(), "starting: {described}");
     // The mesh and the local API first: if they cannot start, no source has
     // read anything yet.
     let services = match Services::start(&plan.node, file) {
@@ -70,8 +71,8 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    services.attach(running.reporter());
-    let running = match wait_or_signal(running, &services) {
+    services.attach(running.reporter(), &described);
+    let running = match wait_or_signal(running, &services, file) {
         Ok(r) => r,
         Err(code) => {
             services.shutdown_blocking();
@@ -90,14 +91,37 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     }
 }
 
+/// SIGHUP: checks the pipeline file again. Live reload is not built yet,
+/// so the running pipeline always goes on; the log says whether the file
+/// on disk is valid (and a restart would apply it) or what is wrong.
+fn check_reload(file: &Path) {
+    match load(file) {
+        Ok(_) => tracing::warn!(
+            "received SIGHUP: {} is valid, but live reload is not supported yet; the running pipeline goes on. Restart eddy to apply it (open windows are kept by the final checkpoint)",
+            file.display()
+        ),
+        Err(d) => {
+            for line in d.render().lines() {
+                tracing::error!("{line}");
+            }
+            tracing::error!(
+                "received SIGHUP: {} has {} error(s); the running pipeline goes on unchanged",
+                file.display(),
+                d.errors.len()
+            );
+        }
+    }
+}
+
 /// Waits until the run ends by itself, or a signal asks it to stop (then it
-/// drains). A second signal exits at once.
+/// drains). A second signal exits at once; SIGHUP re-checks the file.
 fn wait_or_signal(
     mut running: exec::Running,
     services: &Services,
+    file: &Path,
 ) -> Result<exec::Running, ExitCode> {
     smol::block_on(async {
-        let mut signals = match Signals::new([Signal::Int, Signal::Term]) {
+        let mut signals = match Signals::new([Signal::Int, Signal::Term, Signal::Hup]) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("cannot listen for signals ({e}); Ctrl-C will not drain");
@@ -118,6 +142,7 @@ fn wait_or_signal(
             let signal = async { signals.next().await };
             match smol::future::or(finished, signal).await {
                 None => return Ok(running),
+                Some(Ok(Signal::Hup)) => check_reload(file),
                 Some(Ok(sig)) if !stopping && running.has_checkpoints() => {
                     // Open windows stay open: their state goes into a final
                     // checkpoint and the next run continues them.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::http::{HttpServer, Limits, Router};
+use super::notify::Notifier;
 use super::prometheus::{self, MetricsSource};
 use super::status::{StatusSource, routes};
 use crate::config::NodeConfig;
@@ -24,6 +25,9 @@ pub(crate) struct Services {
     api: Option<HttpServer>,
     source: Arc<StatusSource>,
     metrics: Arc<MetricsSource>,
+    /// systemd's notify socket, when run as a `Type=notify` unit.
+    notify: Option<Arc<Notifier>>,
+    watchdog: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 impl Services {
@@ -74,7 +78,13 @@ impl Services {
             api: None,
             source: source.clone(),
             metrics: metrics.clone(),
+            notify: Notifier::from_env().map(Arc::new),
+            watchdog: None,
         };
+        if let Some(n) = &services.notify {
+            let stop = Arc::new(AtomicBool::new(false));
+            services.watchdog = n.start_watchdog(stop.clone()).map(|h| (stop, h));
+        }
         if node.api.enabled {
             let router = prometheus::routes(routes(Router::new(), source), metrics);
             match HttpServer::bind(node.api.address, router, Limits::default()) {
@@ -104,14 +114,22 @@ impl Services {
         Ok(services)
     }
 
-    /// The pipeline has started: `/metrics` reads its counters.
-    pub(crate) fn attach(&self, reporter: crate::exec::Reporter) {
+    /// The pipeline has started: `/metrics` reads its counters, and
+    /// systemd hears that the service is ready.
+    pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {
         self.metrics.attach(reporter);
+        if let Some(n) = &self.notify {
+            n.send(&format!("READY=1\nSTATUS=running: {described}"));
+        }
     }
 
     /// The pipeline is draining: `/health` answers 503 from now on.
     pub(crate) fn set_stopping(&self) {
-        self.source.stopping.store(true, Ordering::Relaxed);
+        if !self.source.stopping.swap(true, Ordering::Relaxed)
+            && let Some(n) = &self.notify
+        {
+            n.send("STOPPING=1\nSTATUS=stopping");
+        }
     }
 
     /// Leaves the mesh (members mark this node down at once), stops the
@@ -125,6 +143,10 @@ impl Services {
             tracing::info!("left the mesh");
         }
         self.api = None;
+        if let Some((stop, h)) = self.watchdog.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
     }
 
     pub(crate) fn shutdown_blocking(self) {
