@@ -3,11 +3,16 @@
 //! same length-prefixed postcard frames, measured side by side and
 //! alternated in one run; the figure that matters is the ratio.
 //!
+//! Then the added latency of one remote hop at half load: batches paced at
+//! half the measured QUIC maximum for a few seconds, each carrying its send
+//! time (same host clock), one-way latency p50/p99/max, TCP alongside.
+//!
 //! `cargo bench --bench mesh -- [--quick]`
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use eddy::daemon::cluster::mesh::{
     DataBatch, EndpointOptions, Frame, MeshEndpoint, NodeIdentity, decode, encode_to_vec,
@@ -97,6 +102,120 @@ fn tcp(frames: u64) -> f64 {
     payload_bytes(frames) / start.elapsed().as_secs_f64() / 1e6
 }
 
+/// Nanoseconds since the first call: the clock both ends of a hop read.
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A batch stamped with its send time in its first 8 bytes.
+fn stamped(seq: u64) -> Frame {
+    let mut f = frame(seq);
+    if let Frame::Data(d) = &mut f {
+        d.bytes[..8].copy_from_slice(&now_ns().to_le_bytes());
+    }
+    f
+}
+
+/// One-way latency of a received batch, in µs.
+fn latency_us(d: &DataBatch) -> f64 {
+    let mut sent = [0u8; 8];
+    sent.copy_from_slice(&d.bytes[..8]);
+    now_ns().saturating_sub(u64::from_le_bytes(sent)) as f64 / 1e3
+}
+
+/// Sleeps until `deadline`: batches leave on a fixed schedule, so a late
+/// one is followed by the next at once (open loop) rather than the load
+/// dropping.
+fn pace(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        std::thread::sleep(deadline - now);
+    }
+}
+
+/// Latencies (µs) of `frames` batches sent every `every` through QUIC.
+fn quic_latency(frames: u64, every: Duration, a: &MeshEndpoint, b: &MeshEndpoint) -> Vec<f64> {
+    smol::block_on(async {
+        let to_b = a.connect(b.local_addr()).await.expect("connect");
+        let from_a = b.accept().await.expect("accept");
+        let mut tx = to_b.open_data_stream(0, 0).await.expect("open");
+        // The sender is a thread of its own, so the pacing sleep blocks only
+        // it; the QUIC work runs on the executor as in the throughput test.
+        let sender = std::thread::spawn(move || {
+            let start = Instant::now();
+            smol::block_on(async {
+                for seq in 0..frames {
+                    pace(start + every * seq as u32);
+                    tx.send(&stamped(seq)).await.expect("send");
+                }
+                tx.finish().expect("finish");
+            });
+            to_b
+        });
+        let (_, mut rx) = from_a.accept_stream().await.expect("accept stream");
+        let mut lat = Vec::with_capacity(frames as usize);
+        while let Some(f) = rx.recv().await.expect("recv") {
+            if let Frame::Data(d) = f {
+                lat.push(latency_us(&d));
+            }
+        }
+        assert_eq!(lat.len() as u64, frames);
+        sender.join().expect("sender").close("done");
+        lat
+    })
+}
+
+/// Latencies (µs) of the same paced batches through TCP.
+fn tcp_latency(frames: u64, every: Duration) -> Vec<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    let writer = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        let start = Instant::now();
+        for seq in 0..frames {
+            pace(start + every * seq as u32);
+            s.write_all(&encode_to_vec(&stamped(seq), MAX_FRAME).expect("encode"))
+                .expect("write");
+        }
+    });
+    let (mut s, _) = listener.accept().expect("accept");
+    let mut buf = Vec::with_capacity(256 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut lat = Vec::with_capacity(frames as usize);
+    loop {
+        let mut used = 0;
+        while let Ok((f, len)) = decode(&buf[used..], MAX_FRAME) {
+            if let Frame::Data(d) = f {
+                lat.push(latency_us(&d));
+            }
+            used += len;
+        }
+        buf.drain(..used);
+        let r = s.read(&mut chunk).expect("read");
+        if r == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..r]);
+    }
+    writer.join().expect("writer");
+    assert_eq!(lat.len() as u64, frames);
+    lat
+}
+
+/// `p50 / p99 / max` in µs.
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    )
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -141,5 +260,21 @@ fn main() {
         recs(qm),
         recs(tm),
         qm / tm
+    );
+
+    // Half load: half the QUIC maximum just measured, for a few seconds.
+    let secs = if quick { 1.0 } else { 3.0 };
+    let rate = qm / 2.0;
+    let frame_mb = payload_bytes(1) / 1e6;
+    let every = Duration::from_secs_f64(frame_mb / rate);
+    let n = (secs / every.as_secs_f64()).ceil() as u64;
+    let ql = quic_latency(n, every, &a, &b);
+    let tl = tcp_latency(n, every);
+    println!(
+        "one hop at half load ({rate:.1} MB/s, a batch every {:.0} µs, {n} batches, {secs} s): \
+         QUIC {}; TCP {}",
+        every.as_secs_f64() * 1e6,
+        percentiles(ql),
+        percentiles(tl)
     );
 }

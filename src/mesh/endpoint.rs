@@ -151,6 +151,12 @@ impl Drop for Inner {
     }
 }
 
+/// Kernel buffer of the UDP socket, each way. Linux's default (208 KiB)
+/// overflows at a few hundred MB/s: the kernel drops datagrams, QUIC takes
+/// them for congestion and halves its window (the bench saw thousands of
+/// `RcvbufErrors`). The kernel caps it at `net.core.rmem_max`/`wmem_max`.
+const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+
 fn transport(opts: &EndpointOptions) -> Result<Arc<TransportConfig>, MeshError> {
     let mut t = TransportConfig::default();
     t.keep_alive_interval(Some(opts.keep_alive));
@@ -181,8 +187,21 @@ impl MeshEndpoint {
             QuicClientConfig::try_from(client_tls).map_err(|e| setup(&e))?,
         ));
         client.transport_config(transport);
-        let mut endpoint = quinn::Endpoint::server(server, listen)
-            .map_err(|e| MeshError::Setup(format!("cannot listen on {listen}: {e}")))?;
+        let cannot_listen =
+            |e: std::io::Error| MeshError::Setup(format!("cannot listen on {listen}: {e}"));
+        let socket = std::net::UdpSocket::bind(listen).map_err(cannot_listen)?;
+        // Best effort: a smaller buffer only costs throughput.
+        if let Ok(state) = quinn::udp::UdpSocketState::new((&socket).into()) {
+            let _ = state.set_recv_buffer_size((&socket).into(), SOCKET_BUFFER_BYTES);
+            let _ = state.set_send_buffer_size((&socket).into(), SOCKET_BUFFER_BYTES);
+        }
+        let mut endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            socket,
+            Arc::new(quinn::SmolRuntime),
+        )
+        .map_err(cannot_listen)?;
         endpoint.set_default_client_config(client);
         let local = endpoint.local_addr().map_err(|e| setup(&e))?;
         let shared = Arc::new(Shared {

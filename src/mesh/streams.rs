@@ -29,7 +29,10 @@ impl std::fmt::Display for PeerLabel {
 /// The sending half of a framed stream.
 pub struct FrameSender {
     send: quinn::SendStream,
+    /// The frames being encoded; handed to quinn as it is (no copy), so a
+    /// new one is allocated for every write, with the last write's size.
     buf: Vec<u8>,
+    last_len: usize,
     max_frame_bytes: usize,
     peer: PeerLabel,
     metrics: Arc<MeshMetrics>,
@@ -45,6 +48,7 @@ impl FrameSender {
         FrameSender {
             send,
             buf: Vec::new(),
+            last_len: 0,
             max_frame_bytes,
             peer,
             metrics,
@@ -60,6 +64,9 @@ impl FrameSender {
     /// Sends several frames in one write.
     pub async fn send_many(&mut self, frames: &[Frame]) -> Result<(), MeshError> {
         self.buf.clear();
+        // Most writes on a stream are alike: start at the last one's size
+        // (bounded, so one huge batch does not make every buffer huge).
+        self.buf.reserve(self.last_len.min(4 * READ_CHUNK_BYTES));
         for f in frames {
             frame::encode(f, self.max_frame_bytes, &mut self.buf).map_err(|e| {
                 MeshError::FrameTooLarge {
@@ -81,19 +88,20 @@ impl FrameSender {
         self.write_buf().await
     }
 
+    /// Hands the encoded frames to quinn without copying them: quinn keeps
+    /// the buffer until the peer acknowledges it.
     async fn write_buf(&mut self) -> Result<(), MeshError> {
+        let len = self.buf.len();
+        self.last_len = len;
+        let bytes = bytes::Bytes::from(std::mem::take(&mut self.buf));
         self.send
-            .write_all(&self.buf)
+            .write_chunk(bytes)
             .await
             .map_err(|e| MeshError::Stream {
                 peer: self.peer.clone(),
                 reason: e.to_string(),
             })?;
-        MeshMetrics::bump(&self.metrics.bytes_sent, self.buf.len() as u64);
-        // Keep a big batch's buffer from pinning memory forever.
-        if self.buf.capacity() > 4 * READ_CHUNK_BYTES {
-            self.buf = Vec::new();
-        }
+        MeshMetrics::bump(&self.metrics.bytes_sent, len as u64);
         Ok(())
     }
 
