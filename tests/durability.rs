@@ -189,7 +189,8 @@ fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
         ));
     }
     s.write("in.jsonl", &text);
-    run_ok(&small_cache(&s, "roomy", "256MiB"));
+    let roomy = run_ok(&small_cache(&s, "roomy", "256MiB"));
+    assert!(!String::from_utf8_lossy(&roomy.stderr).contains("does not fit"));
     let out = eddy()
         .arg("run")
         .arg("--stats")
@@ -208,6 +209,13 @@ fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
     assert!(
         numbers.len() == 2 && numbers[0] > 10 && numbers[1] > 10,
         "{line}"
+    );
+    // Bins cycle through the store here, and the operator is told so.
+    assert!(
+        stats.contains("does not fit its cache share")
+            && stats.contains("raise [state] cache_bytes"),
+        "no warning about the cache:
+{stats}"
     );
     let roomy = multiset(&json_lines(&s.read("roomy.jsonl")));
     let cramped = multiset(&json_lines(&s.read("cramped.jsonl")));

@@ -33,7 +33,24 @@ pub(super) struct BinCache {
     /// Bins whose newest state is a spilled (not yet adopted, or adopted
     /// and unchanged since) version.
     spilled: std::collections::BTreeMap<u32, BinRecord>,
+    thrash: Thrash,
 }
+
+/// Notices a working set above the budget: bins loaded back from the store
+/// as fast as they are evicted. Spilling cannot help then, and every batch
+/// pays for whole bins going out and coming back; the operator is told
+/// once, with the cache size that would fit.
+struct Thrash {
+    since: std::time::Instant,
+    loads: u64,
+    /// The most bytes resident before an eviction.
+    peak_bytes: u64,
+    warned: bool,
+}
+
+/// Loads per second, at least, that count as cycling (with at least one
+/// load per bin).
+const THRASH_LOADS_PER_S: u64 = 64;
 
 impl BinCache {
     pub(super) fn new(access: StateAccess, bins: u32, entry_bytes: u64) -> BinCache {
@@ -47,7 +64,42 @@ impl BinCache {
             tick: 0,
             total_keys: 0,
             spilled: std::collections::BTreeMap::new(),
+            thrash: Thrash {
+                since: std::time::Instant::now(),
+                loads: 0,
+                peak_bytes: 0,
+                warned: false,
+            },
         }
+    }
+
+    /// Called before each eviction; warns once if bins are cycling.
+    pub(super) fn watch_thrash(&mut self) {
+        let resident = self.resident_bytes();
+        let budget = self.access.budget_bytes;
+        let bins = self.resident.len() as u64;
+        let t = &mut self.thrash;
+        t.peak_bytes = t.peak_bytes.max(resident);
+        let secs = t.since.elapsed().as_secs_f64();
+        if secs < 1.0 {
+            return;
+        }
+        if !t.warned && t.loads as f64 >= secs * THRASH_LOADS_PER_S.max(bins) as f64 {
+            t.warned = true;
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            tracing::warn!(
+                operator = %self.access.op,
+                                "the state of {}'s open windows (at least {:.1} MiB on this worker) does not fit its cache share ({:.2} MiB): {} bins came back from the store in {:.1} s, so bins cycle through sled on every batch and throughput falls sharply; raise [state] cache_bytes (at least {:.1}x)",
+                self.access.op,
+                mib(t.peak_bytes),
+                mib(budget),
+                t.loads,
+                secs,
+                (t.peak_bytes as f64 * 1.25 / budget.max(1) as f64).max(1.5)
+            );
+        }
+        t.since = std::time::Instant::now();
+        t.loads = 0;
     }
 
     #[inline]
@@ -115,6 +167,7 @@ impl BinCache {
 
     pub(super) fn loaded(&mut self, bin: u32) {
         self.resident[bin as usize] = true;
+        self.thrash.loads += 1;
     }
 
     /// Bins not in memory.

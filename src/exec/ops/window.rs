@@ -392,9 +392,10 @@ impl<K: GroupKey> Window<K> {
     /// current.
     /// Returns how many bins it evicted.
     fn shrink(&mut self) -> Result<u64, String> {
-        let Some(cache) = &self.cache else {
+        let Some(cache) = &mut self.cache else {
             return Ok(0);
         };
+        cache.watch_thrash();
         let victims = cache.victims();
         if victims.is_empty() {
             return Ok(0);
