@@ -511,11 +511,13 @@ fn describe(e: &ConnectionError) -> String {
         ConnectionError::ApplicationClosed(c) => {
             format!("closed by the peer: {}", String::from_utf8_lossy(&c.reason))
         }
+        // In TLS 1.3 the connecting side checks the other's certificate
+        // first, so a refusal can arrive as the peer's alert: say whose.
         ConnectionError::ConnectionClosed(c) if !c.reason.is_empty() => {
             format!(
-                "closed by the peer ({}): {}",
+                "the peer closed the connection ({}): {}",
                 c.error_code,
-                String::from_utf8_lossy(&c.reason)
+                clean_tls_reason(&String::from_utf8_lossy(&c.reason))
             )
         }
         ConnectionError::ConnectionClosed(c) => format!("closed by the peer: {}", c.error_code),
