@@ -67,22 +67,34 @@ pub fn main() -> ExitCode {
 
 /// Logs go to stderr. `--log-level` wins over `RUST_LOG`; the default is
 /// `info`.
+/// Directives are `LEVEL` or `TARGET=LEVEL`, comma-separated (such as
+/// `eddy=debug,info`): tracing-subscriber's `Targets`, which needs no regex
+/// engine (`EnvFilter` added a megabyte to the binary).
 fn init_logging(level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::try_new(l),
-        None => EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new("info")),
-    }
-    .unwrap_or_else(|e| {
-        eprintln!("eddy: invalid log level ({e}); using info");
-        EnvFilter::new("info")
-    });
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    let wanted = level.map(str::to_string).or(env);
+    let filter = match wanted.as_deref().map(str::parse::<Targets>) {
+        None => Targets::new().with_default(tracing::Level::INFO),
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            eprintln!("eddy: invalid log level ({e}); using info");
+            Targets::new().with_default(tracing::Level::INFO)
+        }
+    };
     // Colour only for a person at a terminal, not in journald or files.
     use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
         .with_target(false)
+        // The builder's own filter is INFO; `Targets` decides instead.
+        .with_max_level(tracing::Level::TRACE)
+        .finish()
+        .with(filter)
         .try_init();
 }

@@ -56,11 +56,16 @@ pub fn logs() -> Arc<Mutex<Vec<u8>>> {
     LOGS.get_or_init(|| {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let writer = buf.clone();
+        use tracing_subscriber::layer::SubscriberExt;
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new("eddy=debug"))
             .with_writer(move || LogWriter(writer.clone()))
-            .finish();
+            .with_max_level(tracing::Level::TRACE)
+            .finish()
+            .with(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("eddy", tracing::Level::DEBUG),
+            );
         let _ = tracing::subscriber::set_global_default(subscriber);
         buf
     })
