@@ -299,11 +299,14 @@ impl Checkpoints {
             take(i, s);
         }
         let mut pieces = c.pieces.remove(&id).unwrap_or_default();
+        // A sink that ended goes into every later checkpoint with its FINAL
+        // piece (restoring it is idempotent): a checkpoint without it
+        // would restore that sink as new and cut its file back to nothing.
         for n in &exact {
             if !pieces.contains_key(n)
-                && let Some(p) = c.pieces.get_mut(&FINAL).and_then(|f| f.remove(n))
+                && let Some(p) = c.pieces.get(&FINAL).and_then(|f| f.get(n))
             {
-                pieces.insert(*n, p);
+                pieces.insert(*n, p.clone());
             }
         }
         let record = CheckpointRecord {
@@ -401,4 +404,42 @@ impl Checkpoints {
 /// Decodes a source position from a checkpoint record.
 pub(crate) fn decode_positions(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
     postcard::from_bytes(bytes).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Two exactly-once sinks; `a` ends early. Every checkpoint after that
+    /// must still carry `a`'s final piece, or a restart from it would take
+    /// `a` for a new sink and cut its file back to nothing.
+    #[test]
+    fn an_ended_sink_stays_in_every_later_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let sink = |id: &str| NodeInfo {
+            id: id.into(),
+            stateful: false,
+            source: false,
+            exact_sink: true,
+        };
+        let cp = Checkpoints::new(Arc::new(store), vec![sink("a"), sink("b")], 1, 16, 0);
+        let alive = || true;
+        cp.submit_piece(0, FINAL, b"a's last lines".to_vec());
+        for id in 1..=3 {
+            assert!(cp.request(id));
+            cp.submit(0, 0, id, Snapshot::default());
+            cp.submit(1, 0, id, Snapshot::default());
+            cp.submit_piece(1, id, format!("b{id}").into_bytes());
+            cp.commit(id, false, &alive).unwrap().expect("committed");
+            let record = cp.store().latest().unwrap();
+            assert_eq!(
+                record.sink("a"),
+                Some(&b"a's last lines"[..]),
+                "checkpoint {id}"
+            );
+            assert_eq!(record.sink("b"), Some(format!("b{id}").as_bytes()));
+        }
+    }
 }
