@@ -71,6 +71,7 @@ pub fn main() -> ExitCode {
 /// `eddy=debug,info`): tracing-subscriber's `Targets`, which needs no regex
 /// engine (`EnvFilter` added a megabyte to the binary).
 fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -88,13 +89,16 @@ fn init_logging(level: Option<&str>) {
     };
     // Colour only for a person at a terminal, not in journald or files.
     use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        // The builder's own filter is INFO; `Targets` decides instead.
-        .with_max_level(tracing::Level::TRACE)
-        .finish()
-        .with(filter)
+    // A per-layer filter, so its most verbose level becomes tracing's
+    // global maximum: disabled `debug!`/`trace!` calls in hot loops then
+    // cost one comparison.
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false)
+                .with_filter(filter),
+        )
         .try_init();
 }
