@@ -104,15 +104,6 @@ aggregates = {{ n = "count(*)" }}
     )
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
 /// Runs `config` until `after`, sends SIGTERM, and returns the exit status
 /// and stderr.
 fn terminate_after(

@@ -7,23 +7,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use prometheus_parse::{Sample, Scrape, Value};
-
-/// Kills the run if the test fails before it stops it.
-struct Running(Option<Child>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -190,11 +178,6 @@ inputs = ["per_sensor"]
     }
 
     let mut child = run.0.take().unwrap();
-    let ok = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    signal(child.id(), "TERM");
     assert!(child.wait().unwrap().success());
 }

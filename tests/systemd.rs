@@ -7,21 +7,10 @@
 mod common;
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-struct Running(Option<Child>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 #[test]
 fn the_unit_file_verifies_cleanly() {
@@ -74,15 +63,6 @@ fn receive_until(
         }
     }
     false
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(ok.success());
 }
 
 #[test]

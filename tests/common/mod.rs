@@ -170,3 +170,25 @@ pub fn assert_rows_match(got: &[Value], expected: &[Value], key_fields: &[&str],
         );
     }
 }
+
+/// Sends `sig` (such as `"TERM"`, `"HUP"`) to a process, with `kill`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// A child that is killed and reaped if the test fails before it stops it.
+pub struct Running(pub Option<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
