@@ -37,6 +37,9 @@ pub(crate) struct Snapshot {
 /// Told the id of every committed checkpoint.
 pub(crate) type CommitListener = Box<dyn Fn(u64) + Send + Sync>;
 
+/// A source's `(split, position)` pairs.
+type Positions = Vec<(u32, Vec<u8>)>;
+
 /// Told a source's positions in every committed checkpoint (an MQTT
 /// source acknowledges what they cover).
 pub(crate) type SourceListener = Box<dyn Fn(&[(u32, Vec<u8>)]) + Send + Sync>;
@@ -324,7 +327,7 @@ impl Checkpoints {
                 pieces.insert(*n, p.clone());
             }
         }
-        let positions: Vec<(usize, Vec<(u32, Vec<u8>)>)> = (0..self.nodes.len())
+        let positions: Vec<(usize, Positions)> = (0..self.nodes.len())
             .filter(|&n| self.nodes[n].source)
             .map(|n| {
                 let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers)
