@@ -124,6 +124,7 @@ pub(crate) enum Spec {
     Generator(GeneratorSource),
     File(FileSource),
     Stdin(StdinSource),
+    Mqtt(super::mqtt::MqttSourceConfig),
     Filter {
         condition: Sp<String>,
     },
@@ -147,6 +148,7 @@ pub(crate) enum Spec {
         exactly_once: bool,
     },
     Blackhole,
+    MqttSink(super::mqtt::MqttSinkConfig),
     /// A component whose fields have errors (already reported).
     Invalid,
 }

@@ -7,6 +7,7 @@ use toml::de::{DeTable, DeValue};
 use super::diag::{Context, Diagnostics, Sp, suggest};
 use super::mesh::{read_api, read_mesh};
 use super::model::*;
+use super::mqtt::{read_mqtt_sink, read_mqtt_source};
 use super::table::{TableReader, describe};
 use crate::data::DataType;
 use crate::io::codec::{Format, parse_rfc3339_ms};
@@ -14,9 +15,9 @@ use crate::io::generator::{
     GeneratorKind, GeneratorSpec, NexmarkEvents, schema as generator_schema,
 };
 
-const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin"];
+const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin", "mqtt"];
 const TRANSFORM_TYPES: &[&str] = &["filter", "map", "select", "drop", "window", "join"];
-const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole"];
+const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole", "mqtt"];
 
 /// Reads `text` (the contents of `file`). Components that have errors are
 /// left out of the returned config; every error is in the diagnostics.
@@ -252,6 +253,14 @@ fn read_component(
         (Section::Source, "generator") => read_generator(d, &mut t).map(Spec::Generator),
         (Section::Source, "file") => read_file_source(d, &mut t).map(Spec::File),
         (Section::Source, "stdin") => read_stdin(d, &mut t).map(Spec::Stdin),
+        (Section::Source, "mqtt") => {
+            let schema = read_schema(d, &mut t);
+            let event_time = read_event_time(d, &mut t, None, 0);
+            if let Some(s) = &schema {
+                check_event_time_field(d, &t, s, &event_time);
+            }
+            read_mqtt_source(d, &mut t, schema, event_time).map(Spec::Mqtt)
+        }
         (Section::Transform, "filter") => t
             .required_string(d, "condition")
             .map(|condition| Spec::Filter { condition }),
@@ -283,6 +292,10 @@ fn read_component(
                 format,
                 exactly_once,
             })
+        }
+        (Section::Sink, "mqtt") => {
+            read_delivery(d, &mut t, false);
+            read_mqtt_sink(d, &mut t).map(Spec::MqttSink)
         }
         (Section::Sink, "blackhole") => {
             read_delivery(d, &mut t, false);

@@ -169,8 +169,14 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
     let counters: [(&str, &str, Pick); 6] = [
         (
             "component_received_events_total",
-            "Records that reached the component.",
-            |c| (c.kind != NodeKind::Source).then_some(c.counters.records_in as f64),
+            "Records that reached the component (for a source: read from outside, including those that failed to decode).",
+            |c| {
+                Some(if c.kind == NodeKind::Source {
+                    (c.counters.records_out + c.errors) as f64
+                } else {
+                    c.counters.records_in as f64
+                })
+            },
         ),
         (
             "component_sent_events_total",

@@ -37,6 +37,13 @@ pub(crate) struct Snapshot {
 /// Told the id of every committed checkpoint.
 pub(crate) type CommitListener = Box<dyn Fn(u64) + Send + Sync>;
 
+/// A source's `(split, position)` pairs.
+type Positions = Vec<(u32, Vec<u8>)>;
+
+/// Told a source's positions in every committed checkpoint (an MQTT
+/// source acknowledges what they cover).
+pub(crate) type SourceListener = Box<dyn Fn(&[(u32, Vec<u8>)]) + Send + Sync>;
+
 /// One node of the plan as the collector sees it.
 pub(crate) struct NodeInfo {
     pub(crate) id: String,
@@ -82,6 +89,8 @@ pub(crate) struct Checkpoints {
     changed: Condvar,
     /// Exactly-once sink writers, told when a checkpoint is committed.
     commits: Mutex<BTreeMap<usize, CommitListener>>,
+    /// Sources told their committed positions, by node.
+    source_commits: Mutex<BTreeMap<usize, SourceListener>>,
     /// When the checkpoint in flight was requested.
     requested_at: Mutex<Option<Instant>>,
     stats: Mutex<CheckpointStats>,
@@ -133,6 +142,7 @@ impl Checkpoints {
             }),
             changed: Condvar::new(),
             commits: Mutex::new(BTreeMap::new()),
+            source_commits: Mutex::new(BTreeMap::new()),
             requested_at: Mutex::new(None),
             stats: Mutex::new(CheckpointStats::default()),
         }
@@ -165,6 +175,14 @@ impl Checkpoints {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(node, commits);
+    }
+
+    /// Registers a source that hears its positions once committed.
+    pub(crate) fn register_source(&self, node: usize, listener: SourceListener) {
+        self.source_commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node, listener);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Collector> {
@@ -311,6 +329,21 @@ impl Checkpoints {
                 pieces.insert(*n, p.clone());
             }
         }
+        let positions: Vec<(usize, Positions)> = (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].source)
+            .map(|n| {
+                let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers)
+                    .flat_map(|w| {
+                        c.positions
+                            .get(&(n * self.workers + w))
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                all.sort();
+                (n, all)
+            })
+            .collect();
         let record = CheckpointRecord {
             id,
             time_ms: crate::state::now_ms(),
@@ -327,21 +360,12 @@ impl Checkpoints {
                     bins: Vec::new(),
                 })
                 .collect(),
-            sources: (0..self.nodes.len())
-                .filter(|&n| self.nodes[n].source)
-                .map(|n| {
-                    let mut all: Vec<(u32, Vec<u8>)> = (0..self.workers)
-                        .flat_map(|w| {
-                            c.positions
-                                .get(&(n * self.workers + w))
-                                .cloned()
-                                .unwrap_or_default()
-                        })
-                        .collect();
-                    all.sort();
+            sources: positions
+                .iter()
+                .map(|(n, all)| {
                     (
-                        self.nodes[n].id.clone(),
-                        postcard::to_stdvec(&all).expect("positions encode"),
+                        self.nodes[*n].id.clone(),
+                        postcard::to_stdvec(all).expect("positions encode"),
                     )
                 })
                 .collect(),
@@ -397,6 +421,15 @@ impl Checkpoints {
             .values()
         {
             listener(id);
+        }
+        let sources = self
+            .source_commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (n, all) in &positions {
+            if let Some(listener) = sources.get(n) {
+                listener(all);
+            }
         }
         Ok(Some(Committed {
             id,

@@ -71,7 +71,10 @@ pub(crate) fn start(
         .map(|node| {
             matches!(
                 node.op,
-                OpSpec::Stdout { .. } | OpSpec::FileSink { .. } | OpSpec::Blackhole
+                OpSpec::Stdout { .. }
+                    | OpSpec::FileSink { .. }
+                    | OpSpec::Blackhole
+                    | OpSpec::MqttSink(_)
             )
             .then(Arc::default)
         })
@@ -149,6 +152,44 @@ pub(crate) fn start(
         helpers.push(handle);
     }
 
+    // MQTT sinks: one connector thread each, fed by every worker.
+    let mut mqtt_sinks = HashMap::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let OpSpec::MqttSink(p) = &node.op else {
+            continue;
+        };
+        let (tx, handle) = io::spawn_mqtt_sink(io::MqttSinkArgs {
+            component: node.id.clone(),
+            plan: p.clone(),
+            capacity: plan.node.channel_capacity,
+            instances: workers,
+            checkpoints: shared.checkpoints.clone().map(|cp| (i, cp)),
+            fail: fail.clone(),
+        })
+        .map_err(|e| format!("cannot start the MQTT thread of sinks.{}: {e}", node.id))?;
+        mqtt_sinks.insert(i, tx);
+        helpers.push(handle);
+    }
+
+    // MQTT sources: one connector thread each, feeding one worker chosen
+    // by id. With checkpoints, messages are acknowledged to the broker
+    // when the checkpoint holding them commits.
+    let mut mqtt_sources: HashMap<(usize, usize), io::MqttSource> = HashMap::new();
+    let mut mqtt_starts = Vec::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let OpSpec::MqttSource(p) = &node.op else {
+            continue;
+        };
+        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
+        let at_commit = shared.checkpoints.is_some();
+        let (source, acks, start) = io::new_mqtt_source(p, plan.node.channel_capacity, at_commit);
+        if let Some(cp) = &shared.checkpoints {
+            cp.register_source(i, Box::new(move |pos| acks.ack_position(pos)));
+        }
+        mqtt_sources.insert((i, owner), source);
+        mqtt_starts.push((i, owner, start));
+    }
+
     // Line sources are read by one worker each, chosen by id.
     let mut readers = Vec::new();
     let mut line_sources: HashMap<(usize, usize), io::LineSource> = HashMap::new();
@@ -220,6 +261,7 @@ pub(crate) fn start(
                 i,
                 shared.checkpoints.as_ref(),
                 &writers,
+                &mqtt_sinks,
                 &latency,
                 &taps,
             );
@@ -238,6 +280,13 @@ pub(crate) fn start(
                 )),
                 OpSpec::FileSource(p) | OpSpec::Stdin(p) => {
                     let task: Box<dyn SourceTask> = match line_sources.remove(&(i, w)) {
+                        Some(s) => Box::new(s),
+                        None => Box::new(EmptySource),
+                    };
+                    Some((task, p.event_time.map(|_| p.max_out_of_orderness_ms)))
+                }
+                OpSpec::MqttSource(p) => {
+                    let task: Box<dyn SourceTask> = match mqtt_sources.remove(&(i, w)) {
                         Some(s) => Box::new(s),
                         None => Box::new(EmptySource),
                     };
@@ -300,6 +349,28 @@ pub(crate) fn start(
         .threads
         .set(handles.iter().map(|h| h.thread().clone()).collect());
     drop(writers);
+    drop(mqtt_sinks);
+
+    for (i, owner, start) in mqtt_starts {
+        let node = &plan.nodes[i];
+        let OpSpec::MqttSource(p) = &node.op else {
+            unreachable!()
+        };
+        let args = io::MqttSourceArgs {
+            component: node.id.clone(),
+            plan: p.clone(),
+            batch_size: plan.node.batch_size,
+            worker: handles[owner].thread().clone(),
+            dead_letter: shared.dead_letter.clone(),
+            metrics: metrics[i][owner].clone(),
+            stop: shared.stop.clone(),
+            fail: fail.clone(),
+        };
+        helpers
+            .push(io::spawn_mqtt_source(start, args).map_err(|e| {
+                format!("cannot start the MQTT thread of sources.{}: {e}", node.id)
+            })?);
+    }
 
     for (i, owner, input, tx, resume) in readers {
         let node = &plan.nodes[i];
@@ -421,12 +492,14 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
             signature,
             stateful: matches!(n.op, OpSpec::Window(_) | OpSpec::Join(_)),
             source: n.kind == NodeKind::Source,
+            // An MQTT sink hands over an (empty) piece once the broker
+            // has acknowledged what came before the barrier.
             exact_sink: matches!(
                 n.op,
                 OpSpec::FileSink {
                     exactly_once: true,
                     ..
-                }
+                } | OpSpec::MqttSink(_)
             ),
         })
         .collect();
@@ -476,6 +549,7 @@ fn instantiate(
     i: usize,
     checkpoints: Option<&Arc<Checkpoints>>,
     writers: &HashMap<usize, io::SinkWriterHandle>,
+    mqtt_sinks: &HashMap<usize, flume::Sender<io::SinkMsg>>,
     latency: &[Option<Arc<Latency>>],
     taps: &HashMap<String, Tap>,
 ) -> Option<Box<dyn Operator>> {
@@ -498,7 +572,14 @@ fn instantiate(
     };
     let out_schema = || node.outputs[0].schema.clone();
     Some(match &node.op {
-        OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) => return None,
+        OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) | OpSpec::MqttSource(_) => {
+            return None;
+        }
+        OpSpec::MqttSink(p) => Box::new(io::MqttSink::new(
+            p.clone(),
+            mqtt_sinks[&i].clone(),
+            latency[i].clone().expect("sinks have latency"),
+        )),
         OpSpec::Filter(c) => Box::new(ops::Filter::new(c.clone())),
         OpSpec::Map(cols) => Box::new(ops::Map::new(cols.clone(), out_schema())),
         OpSpec::Project(keep) => Box::new(ops::Project::new(keep.clone(), out_schema())),

@@ -62,6 +62,25 @@ impl DeadLetter {
         self.write(entry);
     }
 
+    /// Line `line` of a message's payload (on `topic`) that failed to parse.
+    pub(crate) fn record_message(
+        &self,
+        component: &str,
+        topic: &str,
+        line: u64,
+        reason: &str,
+        raw: &[u8],
+    ) {
+        let entry = serde_json::json!({
+            "component": component,
+            "topic": topic,
+            "line": line,
+            "reason": reason,
+            "record": String::from_utf8_lossy(raw),
+        });
+        self.write(entry);
+    }
+
     /// A record that an operator could not evaluate.
     pub(crate) fn record_row(&self, component: &str, batch: &Batch, row: usize, reason: &str) {
         let mut encoded = Vec::new();

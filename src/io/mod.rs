@@ -9,12 +9,22 @@ pub(crate) mod dead_letter;
 pub(crate) mod generator;
 mod generator_source;
 mod line_source;
+mod mqtt_conn;
+mod mqtt_sink;
+mod mqtt_source;
 mod sinks;
 mod writer;
 
 pub(crate) use generator_source::GeneratorTask;
 pub(crate) use line_source::{
     LineReaderArgs, LineSource, decode_file_position, line_channel, open_input, spawn_line_reader,
+};
+pub(crate) use mqtt_conn::{MqttConn, check_filter, parse_url};
+pub(crate) use mqtt_sink::{
+    MqttSink, MqttSinkArgs, MqttSinkPlan, SinkMsg, TopicPart, parse_topic, spawn_mqtt_sink,
+};
+pub(crate) use mqtt_source::{
+    MqttSource, MqttSourceArgs, MqttSourcePlan, new_mqtt_source, spawn_mqtt_source,
 };
 pub(crate) use sinks::{BlackholeSink, Tap, WriterSink};
 pub(crate) use writer::{

@@ -48,6 +48,7 @@ pub(crate) fn build(config: &Config, d: &mut Diagnostics) -> Option<Plan> {
             c,
             inputs: &inputs,
             checkpoints_off,
+            node_name: &config.node.name,
         };
         let Some((op, outputs, exchanges)) = cx.build() else {
             continue;
@@ -147,6 +148,7 @@ struct NodeBuilder<'a> {
     c: &'a Component,
     inputs: &'a [StreamInfo],
     checkpoints_off: bool,
+    node_name: &'a str,
 }
 
 impl NodeBuilder<'_> {
@@ -260,8 +262,51 @@ impl NodeBuilder<'_> {
                 ))
             }
             Spec::Blackhole => Some((OpSpec::Blackhole, Vec::new(), forward)),
+            Spec::Mqtt(m) => {
+                let plan = mqtt_source(m, self.node_name, &id);
+                let out = vec![(id, plan.schema.clone(), plan.event_time.is_some())];
+                Some((OpSpec::MqttSource(Arc::new(plan)), out, forward))
+            }
+            Spec::MqttSink(m) => self
+                .mqtt_sink(m, &id)
+                .map(|plan| (OpSpec::MqttSink(Arc::new(plan)), Vec::new(), forward)),
             Spec::Invalid => None,
         }
+    }
+
+    /// Resolves the `{field}` parts of the topic against the input.
+    fn mqtt_sink(
+        &mut self,
+        m: &crate::config::MqttSinkConfig,
+        id: &str,
+    ) -> Option<crate::io::MqttSinkPlan> {
+        use crate::io::TopicPart;
+        let mut topic = m.topic.value.clone();
+        if topic.iter().any(|p| matches!(p, TopicPart::Field { .. })) {
+            let (schema, _) = self.union_input()?;
+            let mut ok = true;
+            for part in &mut topic {
+                if let TopicPart::Field { index, name } = part {
+                    match schema.index_of(name) {
+                        Some(i) => *index = i,
+                        None => {
+                            let msg = unknown_field(name, &schema);
+                            self.error(m.topic.span.clone(), "topic", msg);
+                            ok = false;
+                        }
+                    }
+                }
+            }
+            if !ok {
+                return None;
+            }
+        }
+        Some(crate::io::MqttSinkPlan {
+            conn: m.conn.resolve(self.node_name, id),
+            topic,
+            qos: m.qos,
+            retain: m.retain,
+        })
     }
 
     /// The schema shared by all inputs, which must agree.
@@ -647,6 +692,33 @@ fn line_source(
         schema,
         event_time,
         max_out_of_orderness_ms: et.max_out_of_orderness_ms,
+    }
+}
+
+fn mqtt_source(
+    m: &crate::config::MqttSourceConfig,
+    node_name: &str,
+    id: &str,
+) -> crate::io::MqttSourcePlan {
+    let payload = line_source(None, false, m.format, &m.schema, &m.event_time);
+    let schema = match &m.topic_field {
+        Some(f) => {
+            let mut fields = payload.schema.fields().to_vec();
+            fields.push(Field::new(f.value.clone(), DataType::Str));
+            Arc::new(Schema::new(fields))
+        }
+        None => payload.schema.clone(),
+    };
+    crate::io::MqttSourcePlan {
+        conn: m.conn.resolve(node_name, id),
+        topics: m.topics.clone(),
+        qos: m.qos,
+        payload_schema: payload.schema,
+        schema,
+        topic_field: m.topic_field.as_ref().map(|f| f.value.clone()),
+        format: m.format,
+        event_time: payload.event_time,
+        max_out_of_orderness_ms: payload.max_out_of_orderness_ms,
     }
 }
 

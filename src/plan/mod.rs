@@ -65,6 +65,7 @@ pub(crate) enum OpSpec {
     Generator(GeneratorPlan),
     FileSource(LineSourcePlan),
     Stdin(LineSourcePlan),
+    MqttSource(Arc<crate::io::MqttSourcePlan>),
     Filter(Arc<Compiled>),
     Map(Arc<Vec<MapColumn>>),
     /// `select` and `drop`: the input columns kept, in output order.
@@ -81,6 +82,7 @@ pub(crate) enum OpSpec {
         exactly_once: bool,
     },
     Blackhole,
+    MqttSink(Arc<crate::io::MqttSinkPlan>),
 }
 
 pub(crate) struct GeneratorPlan {

@@ -40,6 +40,13 @@ pub(crate) fn state_signature(plan: &Plan, n: usize) -> u64 {
         // may change, the sequence may not.
         OpSpec::Generator(g) => write!(s, "{:?} {:?}", g.spec, g.count),
         OpSpec::FileSource(l) => write!(s, "{:?} {:?}", l.path, l.format),
+        // The broker keeps the session (what is not acknowledged) by
+        // client id.
+        OpSpec::MqttSource(m) => write!(
+            s,
+            "{}:{} {} {:?}",
+            m.conn.host, m.conn.port, m.conn.client_id, m.topics
+        ),
         OpSpec::FileSink {
             path,
             format,
@@ -50,6 +57,7 @@ pub(crate) fn state_signature(plan: &Plan, n: usize) -> u64 {
         | OpSpec::Map(_)
         | OpSpec::Project(_)
         | OpSpec::Stdout { .. }
+        | OpSpec::MqttSink(_)
         | OpSpec::Blackhole => Ok(()),
     };
     hash_bytes(s.as_bytes())
