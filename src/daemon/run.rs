@@ -62,8 +62,16 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let cluster = match services.cluster(&plan) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            services.shutdown_blocking();
+            return ExitCode::FAILURE;
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
-    let running = match exec::start(Arc::new(plan), stop, HashMap::new()) {
+    let running = match exec::start_with(Arc::new(plan), stop, HashMap::new(), cluster) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");
