@@ -1,0 +1,283 @@
+//! Distributed execution through real processes: three `eddy run` nodes on
+//! 127.0.0.2..=127.0.0.4 (static seeds, mutual TLS from `eddy cluster`),
+//! each reading its own third of the input, with the bins of every keyed
+//! operator split over the six workers of the cluster. The union of the
+//! three nodes' outputs must be exactly the output of one node running the
+//! whole input: a keyed tumbling window (count, sum, min, max) and a keyed
+//! tumbling-window join.
+//!
+//! Each node's input is in event-time order, and so is the single node's:
+//! no record is late anywhere, so the outputs can be compared exactly.
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const BASE: i64 = 1_767_225_600_000;
+const NODES: usize = 3;
+/// A 3-node run of this size takes 1-3 s here; this is the limit before
+/// the test says the cluster hung.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+
+fn free_udp(ip: [u8; 4]) -> SocketAddr {
+    UdpSocket::bind(SocketAddr::from((ip, 0)))
+        .and_then(|s| s.local_addr())
+        .expect("free UDP port")
+}
+
+fn run_eddy(args: &[&str]) {
+    let out = eddy().args(args).output().expect("run eddy");
+    assert!(
+        out.status.success(),
+        "eddy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A cluster CA and a certificate per node.
+fn make_certs(dir: &Path, names: &[String]) {
+    let ca = dir.join("ca");
+    run_eddy(&["cluster", "init", ca.to_str().unwrap(), "--cluster", "blue"]);
+    for n in names {
+        run_eddy(&[
+            "cluster",
+            "issue",
+            "--ca",
+            ca.to_str().unwrap(),
+            "--out",
+            dir.join("certs").to_str().unwrap(),
+            n,
+        ]);
+    }
+}
+
+/// Auctions `(id, seller, ts)` and bids `(auction, price, ts)`, each in
+/// event-time order.
+fn inputs(seed: u64) -> (Vec<String>, Vec<String>) {
+    let mut rng = Rng::new(seed);
+    let mut auctions: Vec<(i64, String)> = (0..3000)
+        .map(|i| {
+            let ts = BASE + i * 10 - rng.below(300) as i64;
+            let line = json!({"id": i, "seller": rng.below(300), "ts": ts}).to_string();
+            (ts, line)
+        })
+        .collect();
+    let mut bids: Vec<(i64, String)> = (0..30_000)
+        .map(|i| {
+            let ts = BASE + i - rng.below(300) as i64;
+            let line = json!({"auction": rng.below(3000), "price": rng.below(10_000), "ts": ts})
+                .to_string();
+            (ts, line)
+        })
+        .collect();
+    auctions.sort();
+    bids.sort();
+    (
+        auctions.into_iter().map(|(_, l)| l).collect(),
+        bids.into_iter().map(|(_, l)| l).collect(),
+    )
+}
+
+/// Lines `i` with `i % parts == part`, in order.
+fn slice(lines: &[String], part: usize, parts: usize) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % parts == part)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect()
+}
+
+/// The pipeline, with `[node]` and `[mesh]` given by the caller.
+fn pipeline(s: &Scratch, tag: &str, node_and_mesh: &str) -> PathBuf {
+    let text = format!(
+        r#"{node_and_mesh}
+[sources.auctions]
+type = "file"
+path = "{a}"
+schema = {{ id = "int", seller = "int", ts = "int" }}
+event_time = "ts"
+max_out_of_orderness = "300ms"
+
+[sources.bids]
+type = "file"
+path = "{b}"
+schema = {{ auction = "int", price = "int", ts = "int" }}
+event_time = "ts"
+max_out_of_orderness = "300ms"
+
+[transforms.per_auction]
+type = "window"
+inputs = ["bids"]
+key = ["auction"]
+window = {{ kind = "tumbling", size = "2s" }}
+aggregates = {{ n = "count(*)", total = "sum(price)", lo = "min(price)", hi = "max(price)" }}
+
+[transforms.j]
+type = "join"
+inputs = ["auctions", "bids"]
+left_on = ["id"]
+right_on = ["auction"]
+window = {{ kind = "tumbling", size = "2s" }}
+
+[sinks.counts]
+type = "file"
+inputs = ["per_auction"]
+path = "{counts}"
+
+[sinks.pairs]
+type = "file"
+inputs = ["j"]
+path = "{pairs}"
+"#,
+        a = s.path(&format!("auctions-{tag}.jsonl")).display(),
+        b = s.path(&format!("bids-{tag}.jsonl")).display(),
+        counts = s.path(&format!("counts-{tag}.jsonl")).display(),
+        pairs = s.path(&format!("pairs-{tag}.jsonl")).display(),
+    );
+    s.write(&format!("{tag}.toml"), &text)
+}
+
+fn spawn(config: &Path, log: &Path) -> Running {
+    let log = std::fs::File::create(log).expect("log file");
+    let child = eddy()
+        .env("RUST_LOG", "info")
+        .arg("run")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn eddy");
+    Running(Some(child))
+}
+
+#[test]
+fn three_nodes_equal_one_node() {
+    let s = Scratch::new();
+    let (auctions, bids) = inputs(5);
+
+    // The reference: one node, the whole input.
+    s.write("auctions-single.jsonl", &slice(&auctions, 0, 1));
+    s.write("bids-single.jsonl", &slice(&bids, 0, 1));
+    let single = pipeline(
+        &s,
+        "single",
+        &format!(
+            "[node]\nworkers = 2\nbins = 64\ndata_dir = \"{}\"\n[checkpoint]\nenabled = false\n",
+            s.path("single-data").display()
+        ),
+    );
+    run_ok(&single);
+    let want_counts = multiset(&json_lines(&s.read("counts-single.jsonl")));
+    let want_pairs = multiset(&json_lines(&s.read("pairs-single.jsonl")));
+    assert!(
+        want_counts.len() > 1000,
+        "{} window rows",
+        want_counts.len()
+    );
+    assert!(want_pairs.len() > 1000, "{} join rows", want_pairs.len());
+
+    // Three nodes, a third of the input each.
+    let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
+    make_certs(&s.path(""), &names);
+    let addrs: Vec<SocketAddr> = (0..NODES)
+        .map(|i| free_udp([127, 0, 0, 2 + i as u8]))
+        .collect();
+    let seeds: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
+    let mut nodes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        s.write(
+            &format!("auctions-{name}.jsonl"),
+            &slice(&auctions, i, NODES),
+        );
+        s.write(&format!("bids-{name}.jsonl"), &slice(&bids, i, NODES));
+        let head = format!(
+            r#"[node]
+name = "{name}"
+workers = 2
+bins = 64
+data_dir = "{data}"
+
+[mesh]
+ca_cert = "{dir}/ca/ca.crt"
+cert = "{dir}/certs/{name}.crt"
+key = "{dir}/certs/{name}.key"
+listen = "{listen}"
+seeds = [{seeds}]
+probe_period = "300ms"
+suspect_timeout = "1s"
+expect_members = {NODES}
+expect_timeout = "30s"
+
+[api]
+enabled = false
+"#,
+            data = s.path(&format!("{name}-data")).display(),
+            dir = s.path("").display(),
+            listen = addrs[i],
+            seeds = seeds.join(", "),
+        );
+        let config = pipeline(&s, name, &head);
+        nodes.push(spawn(&config, &s.path(&format!("{name}.log"))));
+    }
+    let logs = || -> String {
+        names
+            .iter()
+            .map(|n| format!("--- {n}:\n{}", s.read(&format!("{n}.log"))))
+            .collect()
+    };
+    let started = Instant::now();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let status = loop {
+            let child = node.0.as_mut().expect("running");
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                started.elapsed() < RUN_LIMIT,
+                "the cluster did not finish within {RUN_LIMIT:?}\n{}",
+                logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        node.0 = None;
+        assert!(
+            status.success(),
+            "node-{i} exited with {status}\n{}",
+            logs()
+        );
+    }
+    eprintln!("3-node run took {:.1?}", started.elapsed());
+    let all = logs();
+    assert!(all.contains("bin assignment epoch 1"), "{all}");
+    assert!(
+        all.contains("checkpoints are off in a distributed run"),
+        "{all}"
+    );
+
+    let union = |what: &str| -> Vec<String> {
+        let mut rows = Vec::new();
+        for n in &names {
+            let part = json_lines(&s.read(&format!("{what}-{n}.jsonl")));
+            assert!(
+                !part.is_empty(),
+                "{n} wrote no {what}: every node owns bins"
+            );
+            rows.extend(part);
+        }
+        multiset(&rows)
+    };
+    let got_counts = union("counts");
+    assert_eq!(got_counts.len(), want_counts.len(), "window rows");
+    assert_eq!(got_counts, want_counts, "keyed window: 3 nodes vs 1");
+    let got_pairs = union("pairs");
+    assert_eq!(got_pairs.len(), want_pairs.len(), "join rows");
+    assert_eq!(got_pairs, want_pairs, "keyed join: 3 nodes vs 1");
+}
