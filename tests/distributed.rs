@@ -281,3 +281,42 @@ enabled = false
     assert_eq!(got_pairs.len(), want_pairs.len(), "join rows");
     assert_eq!(got_pairs, want_pairs, "keyed join: 3 nodes vs 1");
 }
+
+/// `eddy validate` says that a distributed run has no checkpoints, and
+/// refuses an exactly-once sink there (it needs them).
+#[test]
+fn validate_warns_that_checkpoints_are_off() {
+    let s = Scratch::new();
+    let mesh = |sink: &str| {
+        format!(
+            r#"[mesh]
+ca_cert = "ca.crt"
+cert = "n.crt"
+key = "n.key"
+seeds = ["127.0.0.2:7400"]
+expect_members = 3
+[sources.s]
+type = "generator"
+count = 10
+[sinks.o]
+type = "file"
+inputs = ["s"]
+path = "out.jsonl"
+{sink}
+"#
+        )
+    };
+    let ok = s.write("ok.toml", &mesh(""));
+    let out = eddy().arg("validate").arg(&ok).output().expect("validate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("expect_members") && err.contains("checkpoints are off in a distributed run"),
+        "{err}"
+    );
+    let exact = s.write("exact.toml", &mesh("delivery = \"exactly_once\""));
+    let out = eddy().arg("validate").arg(&exact).output().expect("validate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("exactly_once needs checkpoints"), "{err}");
+}
