@@ -315,7 +315,11 @@ path = "out.jsonl"
         "{err}"
     );
     let exact = s.write("exact.toml", &mesh("delivery = \"exactly_once\""));
-    let out = eddy().arg("validate").arg(&exact).output().expect("validate");
+    let out = eddy()
+        .arg("validate")
+        .arg(&exact)
+        .output()
+        .expect("validate");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("exactly_once needs checkpoints"), "{err}");
