@@ -324,3 +324,88 @@ path = "out.jsonl"
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("exactly_once needs checkpoints"), "{err}");
 }
+
+/// Two nodes whose windows are keyed by different fields would route rows
+/// to the wrong owners: neither runs. The first to see the other's
+/// fingerprint refuses it by name and leaves; the other then may not have
+/// heard the fingerprint and gives up waiting (`expect_timeout`).
+#[test]
+fn a_member_with_another_pipeline_is_refused() {
+    let s = Scratch::new();
+    let names: Vec<String> = vec!["left".into(), "right".into()];
+    make_certs(&s.path(""), &names);
+    let addrs: Vec<SocketAddr> = (0..2).map(|i| free_udp([127, 0, 0, 5 + i as u8])).collect();
+    let seeds: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
+    let mut nodes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        s.write(
+            &format!("in-{name}.jsonl"),
+            "{\"a\": 1, \"b\": 2, \"ts\": 0}\n",
+        );
+        let key = if i == 0 { "a" } else { "b" };
+        let text = format!(
+            r#"[node]
+name = "{name}"
+data_dir = "{data}"
+[mesh]
+ca_cert = "{dir}/ca/ca.crt"
+cert = "{dir}/certs/{name}.crt"
+key = "{dir}/certs/{name}.key"
+listen = "{listen}"
+seeds = [{seeds}]
+expect_members = 2
+expect_timeout = "5s"
+[api]
+enabled = false
+[sources.s]
+type = "file"
+path = "{input}"
+schema = {{ a = "int", b = "int", ts = "int" }}
+event_time = "ts"
+[transforms.w]
+type = "window"
+inputs = ["s"]
+key = ["{key}"]
+window = {{ kind = "tumbling", size = "1s" }}
+aggregates = {{ n = "count(*)" }}
+[sinks.o]
+type = "file"
+inputs = ["w"]
+path = "{out}"
+"#,
+            data = s.path(&format!("{name}-data")).display(),
+            dir = s.path("").display(),
+            listen = addrs[i],
+            seeds = seeds.join(", "),
+            input = s.path(&format!("in-{name}.jsonl")).display(),
+            out = s.path(&format!("out-{name}.jsonl")).display(),
+        );
+        let config = s.write(&format!("{name}.toml"), &text);
+        nodes.push(spawn(&config, &s.path(&format!("{name}.log"))));
+    }
+    let started = Instant::now();
+    let mut refused = 0;
+    for (node, name) in nodes.iter_mut().zip(&names) {
+        let status = loop {
+            if let Some(st) = node.0.as_mut().expect("running").try_wait().expect("wait") {
+                break st;
+            }
+            assert!(started.elapsed() < RUN_LIMIT, "{name} did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        node.0 = None;
+        let log = s.read(&format!("{name}.log"));
+        assert!(!status.success(), "{name} ran anyway:\n{log}");
+        let other = names.iter().find(|n| *n != name).expect("two");
+        if log.contains(&format!("member {other} (")) && log.contains("runs a different pipeline") {
+            refused += 1;
+        } else {
+            assert!(log.contains("gave up after 5s"), "{name}:\n{log}");
+        }
+        assert!(
+            s.read(&format!("out-{name}.jsonl")).is_empty(),
+            "{name} wrote output"
+        );
+    }
+    assert!(refused >= 1, "no node named the mismatch");
+}

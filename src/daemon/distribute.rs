@@ -28,18 +28,18 @@ struct RunInfo {
 }
 
 /// A hash of what must be equal on every node of a distributed run: the
-/// bins, and every keyed exchange with the schema crossing it (sources and
-/// sinks may differ: each node reads and writes its own).
+/// bins, and every keyed exchange with the schema crossing it and its key
+/// (sources and sinks may differ: each node reads and writes its own).
 pub(crate) fn fingerprint(plan: &Plan) -> u64 {
     let mut text = format!("bins={}\n", plan.node.bins);
     for node in &plan.nodes {
         for (port, input) in node.inputs.iter().enumerate() {
-            if input.exchange.is_none() {
+            let Some(key) = &input.exchange else {
                 continue;
-            }
+            };
             let schema = &plan.nodes[input.from].outputs[input.from_port].schema;
             text.push_str(&format!(
-                "{}.{port} <- {}: {}\n",
+                "{}.{port} <- {}: {} by {key:?}\n",
                 node.id,
                 plan.nodes[input.from].id,
                 schema.describe()
@@ -197,5 +197,15 @@ aggregates = { n = "count(*)" }
         .map(|(p, _)| p)
         .unwrap_or_else(|d| panic!("{}", d.render()));
         assert_ne!(fingerprint(&a), fingerprint(&c));
+        let d = crate::daemon::load::load_str(
+            "t.toml",
+            &format!(
+                "{}[sinks.o]\ntype = \"stdout\"\ninputs = [\"w\"]\n",
+                base.replace("key = [\"k\"]", "key = [\"ts\"]")
+            ),
+        )
+        .map(|(p, _)| p)
+        .unwrap_or_else(|d| panic!("{}", d.render()));
+        assert_ne!(fingerprint(&a), fingerprint(&d), "another key");
     }
 }
