@@ -98,7 +98,6 @@ pub(crate) fn read_mesh(
         mesh.cluster = Some(c.value);
     }
     for (key, field) in [
-        ("expect_timeout", &mut mesh.expect_timeout),
         ("probe_period", &mut mesh.probe_period),
         ("suspect_timeout", &mut mesh.suspect_timeout),
         ("keep_alive", &mut mesh.keep_alive),
@@ -126,6 +125,10 @@ pub(crate) fn read_mesh(
                  loses its open windows; the run starts over",
             );
         }
+    }
+    if let Some(ms) = t.duration_ms(d, "expect_timeout", false) {
+        spans.push(("expect_timeout", ms.span.clone()));
+        mesh.expect_timeout = Duration::from_millis(ms.value as u64);
     }
     if ca_cert.is_some() && cert.is_some() && key.is_some() {
         let span_of = |field: &str| {
