@@ -12,7 +12,7 @@ pub(crate) mod remote;
 mod start;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -47,6 +47,11 @@ pub(crate) struct Shared {
     /// Set after a final checkpoint when stopping: workers return at once,
     /// leaving open windows to the checkpoint.
     pub(crate) halted: AtomicBool,
+    /// The final checkpoint's id (`u64::MAX` until one is asked for):
+    /// sources stop reading once they injected its barrier, so the
+    /// checkpoint is exactly where the next run (or a reload) resumes and
+    /// no sink sees a record twice.
+    pub(crate) last_barrier: AtomicU64,
     /// Worker thread handles, for wakeups; set before any work starts.
     pub(crate) threads: OnceLock<Vec<Thread>>,
     /// `None` when checkpoints are off.
@@ -234,6 +239,8 @@ impl Running {
             .clone()
             .ok_or("checkpoints are off")?;
         self.stop_committer();
+        // `take` requests this id, after any checkpoint still in flight.
+        self.shared.last_barrier.store(cp.requested() + 1, Relaxed);
         let deadline = Instant::now() + timeout;
         let taken = committer::take(&self.shared, &cp, &|| Instant::now() < deadline);
         self.shared.halted.store(true, Relaxed);
