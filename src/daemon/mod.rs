@@ -5,6 +5,7 @@ pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
+mod distribute;
 mod http;
 mod load;
 mod notify;

@@ -64,9 +64,18 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let cluster = match services.cluster(&plan) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            services.shutdown_blocking();
+            return ExitCode::FAILURE;
+        }
+    };
     let plan = Arc::new(plan);
     let stop = Arc::new(AtomicBool::new(false));
-    let running = match exec::start(plan.clone(), stop, HashMap::new()) {
+    // A distributed run has no checkpoints, so live reload refuses it.
+    let running = match exec::start_with(plan.clone(), stop, HashMap::new(), cluster) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");

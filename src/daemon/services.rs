@@ -161,6 +161,24 @@ impl Services {
         Ok(services)
     }
 
+    /// This node's part of a distributed run, when `[mesh] expect_members`
+    /// is above 1: waits until the members are alive and computes the bin
+    /// assignment. `None` for a run on this node alone.
+    pub(crate) fn cluster(
+        &self,
+        plan: &crate::plan::Plan,
+    ) -> Result<Option<crate::exec::Cluster>, String> {
+        let (Some(mesh), Some(config)) = (&self.mesh, plan.node.mesh.as_ref()) else {
+            return Ok(None);
+        };
+        match config.expect_members {
+            Some(n) if n > 1 => {
+                super::distribute::cluster(mesh, plan, n, config.expect_timeout).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The pipeline has started: `/metrics` reads its counters, and
     /// systemd hears that the service is ready.
     pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {

@@ -309,6 +309,74 @@ impl Column {
     }
 }
 
+impl Column {
+    /// The column as it goes on the wire, borrowed.
+    pub(crate) fn wire(&self) -> super::wire::ColumnRef<'_> {
+        use super::wire::ValuesRef;
+        super::wire::ColumnRef {
+            values: match &self.values {
+                Values::Bool(v) => ValuesRef::Bool(v),
+                Values::Int(v) => ValuesRef::Int(v),
+                Values::Float(v) => ValuesRef::Float(v),
+                Values::Str { offsets, data } => ValuesRef::Str { offsets, data },
+            },
+            nulls: self.nulls.as_deref(),
+        }
+    }
+
+    /// A column from the wire, checked: type `ty`, `len` rows, string
+    /// offsets in order and on character boundaries, a null bitmap of the
+    /// right size.
+    pub(crate) fn from_wire(
+        w: super::wire::WireColumn,
+        ty: DataType,
+        len: usize,
+    ) -> Result<Column, String> {
+        use super::wire::WireValues;
+        let found = super::wire::type_of(&w.values);
+        if found != ty {
+            return Err(format!("{found} values where {ty} is expected"));
+        }
+        let rows = match &w.values {
+            WireValues::Bool(v) => v.len(),
+            WireValues::Int(v) => v.len(),
+            WireValues::Float(v) => v.len(),
+            WireValues::Str { offsets, data } => {
+                let ordered = offsets.first() == Some(&0)
+                    && offsets.windows(2).all(|p| p[0] <= p[1])
+                    && offsets.last().is_some_and(|&l| l as usize == data.len())
+                    && offsets.iter().all(|&o| data.is_char_boundary(o as usize));
+                if !ordered {
+                    return Err("string offsets are out of order".into());
+                }
+                offsets.len() - 1
+            }
+        };
+        if rows != len {
+            return Err(format!("{rows} values for {len} rows"));
+        }
+        if let Some(bits) = &w.nulls
+            && bits.len() != len.div_ceil(64)
+        {
+            return Err(format!(
+                "a null bitmap of {} words for {len} rows",
+                bits.len()
+            ));
+        }
+        let values = match w.values {
+            WireValues::Bool(v) => Values::Bool(v),
+            WireValues::Int(v) => Values::Int(v),
+            WireValues::Float(v) => Values::Float(v),
+            WireValues::Str { offsets, data } => Values::Str { offsets, data },
+        };
+        Ok(Column {
+            values,
+            nulls: w.nulls,
+            len,
+        })
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn type_mismatch(expected: DataType, found: DataType) -> ! {

@@ -9,6 +9,7 @@ mod batch;
 mod column;
 mod key;
 mod schema;
+pub(crate) mod wire;
 
 pub(crate) use batch::{Batch, BatchBuilder};
 pub(crate) use column::{Column, ValueRef};

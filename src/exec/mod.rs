@@ -8,6 +8,7 @@ mod committer;
 pub(crate) mod metrics;
 pub(crate) mod operator;
 mod ops;
+pub(crate) mod remote;
 mod start;
 mod worker;
 
@@ -21,13 +22,20 @@ use crate::kernel::counters::Counters;
 use crate::plan::{NodeKind, Plan};
 use metrics::{Latency, OpMetrics};
 
-pub(crate) use start::start;
+pub(crate) use remote::Cluster;
+pub(crate) use start::{start, start_with};
 
 /// What every worker of a run shares.
 pub(crate) struct Shared {
+    /// Workers of this node.
     pub(crate) workers: usize,
+    /// Workers of the whole run: `workers` alone, or every member's in a
+    /// distributed run. Exchanges and ports index senders by global worker.
+    pub(crate) global_workers: usize,
+    /// Global index of this node's worker 0.
+    pub(crate) first_worker: usize,
     pub(crate) bins: u32,
-    /// The worker that owns each bin.
+    /// The global worker that owns each bin.
     pub(crate) assignment: Vec<u16>,
     pub(crate) channel_capacity: usize,
     pub(crate) dead_letter: Arc<DeadLetter>,
@@ -58,6 +66,16 @@ impl Shared {
         self.stop.store(true, Relaxed);
         if let Some(threads) = self.threads.get() {
             threads.iter().for_each(Thread::unpark);
+        }
+    }
+
+    /// Wakes global worker `w` if it is on this node.
+    pub(crate) fn wake(&self, w: usize) {
+        if let Some(local) = w.checked_sub(self.first_worker)
+            && local < self.workers
+            && let Some(threads) = self.threads.get()
+        {
+            threads[local].unpark();
         }
     }
 
@@ -112,6 +130,8 @@ pub(crate) struct Running {
     committer_quit: Arc<AtomicBool>,
     /// Every sink writer, to end it once the workers are done.
     shutdowns: Vec<crate::io::SinkWriterHandle>,
+    /// The exchanges with other nodes, in a distributed run.
+    remote: Option<remote::RemoteExchange>,
 }
 
 /// The counters of one component over all workers.
@@ -253,6 +273,9 @@ impl Running {
     pub(crate) fn wait(mut self) -> Report {
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        if let Some(r) = self.remote.take() {
+            r.finish(&self.shared);
         }
         let elapsed = self.reporter.started.elapsed();
         self.stop_committer();

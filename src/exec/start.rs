@@ -12,7 +12,7 @@ use super::metrics::{Latency, OpMetrics};
 use super::operator::{Operator, SourceTask};
 use super::ops;
 use super::worker::{Edge, NodeState, Port, Route, SourceState, Worker};
-use super::{Running, Shared, even_assignment};
+use super::{Cluster, Running, Shared, even_assignment};
 use crate::config::WindowKind;
 use crate::data::{ByteKey, WordKey};
 use crate::io::codec::Encoder;
@@ -25,19 +25,59 @@ use crate::kernel::watermark::BoundedOutOfOrderness;
 use crate::plan::{NodeKind, OpSpec, Plan, state_signature};
 use crate::state::{CheckpointRecord, Store};
 
-/// Starts every thread of a run. `taps` attach a function to blackhole
-/// sinks by id.
+/// Starts every thread of a run on this node alone. `taps` attach a
+/// function to blackhole sinks by id.
 pub(crate) fn start(
     plan: Arc<Plan>,
     stop: Arc<AtomicBool>,
     taps: HashMap<String, Tap>,
 ) -> Result<Running, String> {
+    start_with(plan, stop, taps, None)
+}
+
+/// Starts a run; with `cluster`, this node's part of a distributed run:
+/// its workers own the bins the assignment gives them, and exchanges reach
+/// the other members' workers over the mesh.
+pub(crate) fn start_with(
+    plan: Arc<Plan>,
+    stop: Arc<AtomicBool>,
+    taps: HashMap<String, Tap>,
+    cluster: Option<Cluster>,
+) -> Result<Running, String> {
     let workers = plan.node.workers;
-    let (checkpoints, restored) = open_state(&plan)?;
+    let (global_workers, first_worker, assignment) = match &cluster {
+        None => (workers, 0, even_assignment(plan.node.bins, workers)),
+        Some(c) => {
+            let a = &c.assignment;
+            if a.members[c.me].workers as usize != workers {
+                return Err(format!(
+                    "the assignment gives this node {} workers, `[node] workers` is {workers}",
+                    a.members[c.me].workers
+                ));
+            }
+            if a.owner.len() != plan.node.bins as usize {
+                return Err(format!(
+                    "the assignment has {} bins, `[node] bins` is {}",
+                    a.owner.len(),
+                    plan.node.bins
+                ));
+            }
+            (a.total_workers(), a.first[c.me], a.owner.clone())
+        }
+    };
+    // A checkpoint of a distributed run would need every node to commit
+    // together; the config turns them off (and says so) for such runs.
+    let (checkpoints, restored) = if cluster.is_some() {
+        (None, None)
+    } else {
+        open_state(&plan)?
+    };
     let shared = Arc::new(Shared {
         workers,
+        global_workers,
+        first_worker,
         bins: plan.node.bins,
-        assignment: even_assignment(plan.node.bins, workers),
+        assignment,
         channel_capacity: plan.node.channel_capacity,
         dead_letter: Arc::new(DeadLetter::new(plan.node.dead_letter.clone())),
         stop,
@@ -211,6 +251,27 @@ pub(crate) fn start(
         readers.push((i, owner, input, tx, resume));
     }
 
+    // The remote half of every exchange (a distributed run).
+    let remote = match &cluster {
+        None => None,
+        Some(c) => {
+            let edges = edge_targets
+                .iter()
+                .enumerate()
+                .map(|(e, (node, port, _))| {
+                    let input = &plan.nodes[*node].inputs[*port];
+                    super::remote::RemoteEdge {
+                        schema: plan.nodes[input.from].outputs[input.from_port]
+                            .schema
+                            .clone(),
+                        inboxes: channels[e].iter().map(|(tx, _)| tx.clone()).collect(),
+                    }
+                })
+                .collect();
+            Some(super::remote::RemoteExchange::start(c, &shared, edges)?)
+        }
+    };
+
     let mut handles = Vec::new();
     let mut receivers: Vec<Vec<Option<flume::Receiver<_>>>> = channels
         .iter()
@@ -224,7 +285,17 @@ pub(crate) fn start(
                 node: *node,
                 port: *port,
                 key: key.clone(),
-                senders: channels[e].iter().map(|(tx, _)| tx.clone()).collect(),
+                senders: (0..global_workers)
+                    .map(|g| match g.checked_sub(first_worker) {
+                        Some(l) if l < workers => channels[e][l].0.clone(),
+                        _ => remote
+                            .as_ref()
+                            .expect("remote workers need a cluster")
+                            .queues[e][w][g]
+                            .clone()
+                            .expect("a queue per remote worker"),
+                    })
+                    .collect(),
                 inbox: receivers[e][w].take().expect("one inbox per worker"),
             })
             .collect();
@@ -251,7 +322,11 @@ pub(crate) fn start(
                 .iter()
                 .map(|input| {
                     Port::new(
-                        if input.exchange.is_some() { workers } else { 1 },
+                        if input.exchange.is_some() {
+                            global_workers
+                        } else {
+                            1
+                        },
                         checkpoint,
                     )
                 })
@@ -271,8 +346,9 @@ pub(crate) fn start(
                         &g.spec,
                         g.rate,
                         g.count,
-                        w,
-                        workers,
+                        // Each node generates its slice of the stream.
+                        first_worker + w,
+                        global_workers,
                         plan.node.batch_size,
                         positions(&node.id).as_deref(),
                     )),
@@ -316,12 +392,13 @@ pub(crate) fn start(
         }
         let worker = Worker {
             id: w,
+            global: first_worker + w,
             shared: shared.clone(),
             nodes,
             sources,
             edges,
             drain_order,
-            rows_by_worker: vec![Vec::new(); workers],
+            rows_by_worker: vec![Vec::new(); global_workers],
             injected: checkpoint,
         };
         let shared_for_thread = shared.clone();
@@ -421,6 +498,7 @@ pub(crate) fn start(
         committer,
         committer_quit,
         shutdowns,
+        remote,
     })
 }
 

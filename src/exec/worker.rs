@@ -52,7 +52,9 @@ pub(crate) struct Edge {
     pub(crate) node: usize,
     pub(crate) port: usize,
     pub(crate) key: KeySpec,
-    /// One sender per worker (including this one, unused).
+    /// One sender per global worker (including this one, unused): the
+    /// inbox of a worker of this node, or the queue of the stream to a
+    /// worker of another node (`remote.rs`).
     pub(crate) senders: Vec<flume::Sender<Message>>,
     /// This worker's inbox for the edge.
     pub(crate) inbox: flume::Receiver<Message>,
@@ -101,7 +103,10 @@ pub(crate) struct SourceState {
 }
 
 pub(crate) struct Worker {
+    /// Index among this node's workers (its thread).
     pub(crate) id: usize,
+    /// Index among the run's workers (senders, bins).
+    pub(crate) global: usize,
     pub(crate) shared: Arc<Shared>,
     pub(crate) nodes: Vec<NodeState>,
     pub(crate) sources: Vec<SourceState>,
@@ -282,7 +287,7 @@ impl Worker {
 
     /// Splits a batch by the worker owning each row's bin.
     fn exchange(&mut self, from: usize, edge: usize, mut batch: Batch) {
-        let workers = self.shared.workers;
+        let workers = self.shared.global_workers;
         let (to, port) = (self.edges[edge].node, self.edges[edge].port);
         let hashes = self.edges[edge].key.hash_rows(&batch);
         if workers == 1 {
@@ -307,7 +312,7 @@ impl Worker {
             } else {
                 batch.take_rows(picked)
             };
-            if w == self.id {
+            if w == self.global {
                 local = Some(part);
             } else {
                 self.send(from, edge, w, Body::Batch(part));
@@ -323,7 +328,7 @@ impl Worker {
     /// inboxes downstream of the edge (see the module comment).
     fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
         let mut msg = Message {
-            from: self.id as u32,
+            from: self.global as u32,
             body,
         };
         let mut blocked_since: Option<Instant> = None;
@@ -342,11 +347,7 @@ impl Worker {
                 std::thread::park_timeout(BLOCKED_PARK);
             }
         }
-        self.shared
-            .threads
-            .get()
-            .expect("threads are registered before work starts")[to]
-            .unpark();
+        self.shared.wake(to);
         if let Some(since) = blocked_since {
             OpMetrics::add(
                 &self.nodes[from].metrics.blocked_ns,
@@ -372,7 +373,7 @@ impl Worker {
                 // The sender may be parked waiting for this space.
                 let sender = msg.from as usize;
                 if self.edges[edge].inbox.len() + 1 >= self.shared.channel_capacity {
-                    self.shared.threads.get().expect("registered")[sender].unpark();
+                    self.shared.wake(sender);
                 }
                 let (node, port) = (self.edges[edge].node, self.edges[edge].port);
                 match msg.body {
@@ -413,7 +414,7 @@ impl Worker {
             Route::Local { node: to, port } => w.input_watermark(to, port, 0, wm),
             Route::Exchange { edge } => {
                 w.broadcast(node, edge, Body::Watermark(wm), |me, to, port| {
-                    me.input_watermark(to, port, me.id, wm)
+                    me.input_watermark(to, port, me.global, wm)
                 })
             }
         });
@@ -460,7 +461,7 @@ impl Worker {
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_end(to, port, 0),
             Route::Exchange { edge } => w.broadcast(node, edge, Body::End, |me, to, port| {
-                me.input_end(to, port, me.id)
+                me.input_end(to, port, me.global)
             }),
         });
     }
@@ -484,7 +485,7 @@ impl Worker {
             };
             op.restore_watermark(op_record.watermark);
             for bin in &op_record.bins {
-                if self.shared.assignment[bin.bin as usize] as usize != self.id {
+                if self.shared.assignment[bin.bin as usize] as usize != self.global {
                     continue;
                 }
                 let mut entries = Vec::with_capacity(bin.entries as usize);
@@ -542,7 +543,7 @@ impl Worker {
             Route::Local { node: to, port } => w.input_barrier(to, port, 0, id),
             Route::Exchange { edge } => {
                 w.broadcast(node, edge, Body::Barrier(id), |me, to, port| {
-                    me.input_barrier(to, port, me.id, id)
+                    me.input_barrier(to, port, me.global, id)
                 })
             }
         });
@@ -612,8 +613,8 @@ impl Worker {
         body: Body,
         local: impl FnOnce(&mut Self, usize, usize),
     ) {
-        for w in 0..self.shared.workers {
-            if w != self.id {
+        for w in 0..self.shared.global_workers {
+            if w != self.global {
                 let b = match &body {
                     Body::Watermark(x) => Body::Watermark(*x),
                     Body::Barrier(x) => Body::Barrier(*x),

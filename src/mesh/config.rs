@@ -62,6 +62,16 @@ pub struct MeshConfig {
     /// Largest frame accepted on a stream; a peer sending more is
     /// disconnected. Default 8 MiB.
     pub max_frame_bytes: usize,
+    /// Runs the pipeline distributed over this many members (this node
+    /// included): `eddy run` waits until that many are alive, then splits
+    /// the bins of every keyed operator evenly over all their workers.
+    /// Every member must run the same pipeline with the same value. `None`
+    /// (the default): the pipeline runs on this node alone; the mesh only
+    /// keeps membership.
+    pub expect_members: Option<u32>,
+    /// How long `eddy run` waits for `expect_members` alive members before
+    /// it gives up. Default `60s`.
+    pub expect_timeout: Duration,
 }
 
 impl MeshConfig {
@@ -81,6 +91,8 @@ impl MeshConfig {
             keep_alive: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(10),
             max_frame_bytes: super::frame::DEFAULT_MAX_FRAME_BYTES,
+            expect_members: None,
+            expect_timeout: Duration::from_secs(60),
         }
     }
 
@@ -108,6 +120,12 @@ impl MeshConfig {
     /// ordered. Returns every problem as `(field, message)`.
     pub fn check(&self) -> Vec<(&'static str, String)> {
         let mut errors = Vec::new();
+        if self.expect_members == Some(0) {
+            errors.push(("expect_members", "must be at least 1".into()));
+        }
+        if self.expect_timeout.is_zero() {
+            errors.push(("expect_timeout", "must be positive".into()));
+        }
         if self.discovery.is_empty() {
             errors.push((
                 "discovery",

@@ -11,15 +11,27 @@ use std::time::{Duration, Instant};
 use super::config::{DiscoveryKind, MeshConfig};
 use super::discovery::{Combined, Discovery, MdnsDiscovery, StaticSeeds};
 use super::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer};
+use super::frame::StreamKind;
 use super::identity::NodeIdentity;
 use super::membership::{MemberId, MemberInfo, Membership, MembershipConfig, MembershipEvent};
 use super::metrics::MeshMetrics;
+use super::streams::FrameReceiver;
 
 /// Inputs queued for the driver loop; bounded, datagrams beyond it are
 /// dropped (SWIM tolerates loss), connection events wait.
 const EVENT_QUEUE: usize = 1024;
 /// Packets kept per address while its connection is being set up.
 const PENDING_PER_PEER: usize = 8;
+/// Streams opened by peers and not yet taken by [`MeshNode::incoming`];
+/// beyond it, stream acceptors wait (and QUIC's stream limit holds the
+/// peers back).
+const INCOMING_STREAMS: usize = 256;
+
+/// A stream a peer opened, with what its `Open` frame said it carries.
+pub struct IncomingStream {
+    pub kind: StreamKind,
+    pub receiver: FrameReceiver,
+}
 
 /// Settings of a mesh node.
 #[derive(Clone, Debug)]
@@ -66,6 +78,7 @@ pub struct MeshNode {
     inputs: flume::Sender<Input>,
     table: Arc<Mutex<Vec<MemberInfo>>>,
     peers: Arc<Mutex<HashMap<SocketAddr, Peer>>>,
+    incoming: flume::Receiver<IncomingStream>,
     _task: smol::Task<()>,
 }
 
@@ -97,6 +110,7 @@ impl MeshNode {
         let (tx, rx) = flume::bounded(EVENT_QUEUE);
         let table = Arc::new(Mutex::new(membership.members()));
         let peers = Arc::new(Mutex::new(HashMap::new()));
+        let (streams_tx, streams_rx) = flume::bounded(INCOMING_STREAMS);
         // Accepted connections join the driver's table like outgoing ones.
         let accept = {
             let endpoint = endpoint.clone();
@@ -121,6 +135,7 @@ impl MeshNode {
             table: table.clone(),
             metrics: endpoint.metrics(),
             discovery_interval: options.discovery_interval,
+            streams: streams_tx,
         };
         let task = smol::spawn(async move {
             let accept = smol::spawn(accept);
@@ -133,6 +148,7 @@ impl MeshNode {
             inputs: tx,
             table,
             peers,
+            incoming: streams_rx,
             _task: task,
         })
     }
@@ -215,6 +231,25 @@ impl MeshNode {
             .and_then(|p| p.get(&addr).filter(|p| !p.is_closed()).cloned())
     }
 
+    /// Streams peers opened to this node (data, state), on any connection
+    /// with them. Take each one: until then it waits, bounded.
+    pub fn incoming(&self) -> flume::Receiver<IncomingStream> {
+        self.incoming.clone()
+    }
+
+    /// A connection to the member at `addr`: the one membership keeps if it
+    /// is up, else a new one.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Peer, MeshError> {
+        if let Some(p) = self.peer(addr) {
+            return Ok(p);
+        }
+        let peer = self.endpoint.connect(addr).await?;
+        // The driver reads its datagrams and streams like any other
+        // connection's (the peer may now send membership packets on it).
+        let _ = self.inputs.send_async(Input::Connected(peer.clone())).await;
+        Ok(peer)
+    }
+
     /// Publishes this node's gossip payload (at most `max_payload_bytes`).
     pub fn set_payload(&self, data: Vec<u8>) {
         let _ = self.inputs.try_send(Input::SetPayload(data));
@@ -263,6 +298,8 @@ struct Driver {
     table: Arc<Mutex<Vec<MemberInfo>>>,
     metrics: Arc<MeshMetrics>,
     discovery_interval: Duration,
+    /// Where streams that peers open go.
+    streams: flume::Sender<IncomingStream>,
 }
 
 impl Driver {
@@ -357,6 +394,30 @@ impl Driver {
             })
             .detach();
         }
+        // Streams the peer opens on this connection.
+        let acceptor = peer.clone();
+        let streams = self.streams.clone();
+        smol::spawn(async move {
+            loop {
+                match acceptor.accept_stream().await {
+                    Ok((kind, receiver)) => {
+                        if streams
+                            .send_async(IncomingStream { kind, receiver })
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(MeshError::Malformed { .. }) => return, // closed and logged
+                    Err(e) => {
+                        tracing::debug!("no more streams from {}: {e}", acceptor.label());
+                        return;
+                    }
+                }
+            }
+        })
+        .detach();
         if let Some(q) = self.pending.remove(&addr) {
             for bytes in q {
                 self.send_on(&peer, bytes);

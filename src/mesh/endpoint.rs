@@ -24,6 +24,8 @@ pub const ERR_PROTOCOL: VarInt = VarInt::from_u32(1);
 /// The handshake was refused (version, cluster, node name).
 pub const ERR_REFUSED: VarInt = VarInt::from_u32(2);
 
+/// Unidirectional streams a peer may have open at once on a connection.
+pub const MAX_UNI_STREAMS: u32 = 4096;
 /// Largest `Hello`/`Welcome`/`Refuse` frame accepted.
 const HELLO_MAX_BYTES: usize = frame::MIN_MAX_FRAME_BYTES;
 /// Handshakes in progress at once; more wait in quinn's bounded incoming
@@ -160,6 +162,10 @@ const SOCKET_BUFFER_BYTES: usize = 4 << 20;
 fn transport(opts: &EndpointOptions) -> Result<Arc<TransportConfig>, MeshError> {
     let mut t = TransportConfig::default();
     t.keep_alive_interval(Some(opts.keep_alive));
+    // A distributed run keeps one stream open per exchange and worker pair
+    // for its whole length: a stream waiting for a free slot would wait
+    // forever.
+    t.max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS));
     let idle = quinn::IdleTimeout::try_from(opts.idle_timeout)
         .map_err(|e| MeshError::Setup(format!("idle_timeout: {e}")))?;
     t.max_idle_timeout(Some(idle));
@@ -567,6 +573,7 @@ fn frame_name(f: &Frame) -> &'static str {
         Frame::Data(_) => "Data",
         Frame::Membership(_) => "Membership",
         Frame::StateChunk(_) => "StateChunk",
+        Frame::Marker(_) => "Marker",
     }
 }
 

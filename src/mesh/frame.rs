@@ -49,6 +49,29 @@ pub enum StreamKind {
     /// One state transfer (a bin's chunks), apart from data so a large
     /// transfer never delays records.
     State { transfer_id: u64 },
+    /// The records of one keyed exchange (`edge`, numbered in plan order)
+    /// from global worker `sender` to global worker `receiver` under
+    /// assignment `epoch`: [`Frame::Data`] batches and [`Frame::Marker`]s,
+    /// in order. One stream per edge and pair, so a full inbox on one edge
+    /// never holds up another (the engine's deadlock rule is per edge).
+    Exchange {
+        epoch: u64,
+        edge: u16,
+        sender: u16,
+        receiver: u16,
+    },
+}
+
+/// A marker in a data stream: it orders what came before it from what
+/// comes after, on that stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Marker {
+    /// The sender's event-time watermark (epoch ms).
+    Watermark(i64),
+    /// Checkpoint barrier `id`.
+    Barrier(u64),
+    /// The sender has no more data on this stream.
+    End,
 }
 
 /// A batch of records, encoded by the engine (opaque postcard bytes here).
@@ -89,6 +112,7 @@ pub enum Frame {
     /// datagram.
     Membership(#[serde(with = "byte_vec")] Vec<u8>),
     StateChunk(StateChunk),
+    Marker(Marker),
 }
 
 /// `Vec<u8>` fields as serde bytes rather than a sequence of `u8`. Postcard
@@ -370,6 +394,15 @@ mod tests {
                 last: rng.random(),
                 bytes,
             }),
+            Frame::Open(StreamKind::Exchange {
+                epoch: rng.random(),
+                edge: rng.random(),
+                sender: rng.random(),
+                receiver: rng.random(),
+            }),
+            Frame::Marker(Marker::Watermark(rng.random())),
+            Frame::Marker(Marker::Barrier(rng.random())),
+            Frame::Marker(Marker::End),
         ]
     }
 

@@ -117,6 +117,24 @@ impl FrameSender {
     pub fn peer(&self) -> &PeerLabel {
         &self.peer
     }
+
+    /// Ends the stream and waits until the peer has read all of it (or
+    /// stopped it), so the data is delivered before the connection may
+    /// close.
+    pub async fn finish_and_wait(mut self) -> Result<(), MeshError> {
+        let stream_error = |reason: String| MeshError::Stream {
+            peer: self.peer.clone(),
+            reason,
+        };
+        self.send
+            .finish()
+            .map_err(|e| stream_error(e.to_string()))?;
+        match self.send.stopped().await {
+            Ok(None) => Ok(()),
+            Ok(Some(code)) => Err(stream_error(format!("stopped by the peer ({code})"))),
+            Err(e) => Err(stream_error(e.to_string())),
+        }
+    }
 }
 
 /// The receiving half of a framed stream.

@@ -247,7 +247,7 @@ impl NodeBuilder<'_> {
                     self.error(
                         span,
                         "delivery",
-                        "exactly_once needs checkpoints; remove `[checkpoint] enabled = false`",
+                        "exactly_once needs checkpoints, which are off (`[checkpoint] enabled = false`, or a distributed run: `[mesh] expect_members` above 1)",
                     );
                     return None;
                 }

@@ -1,0 +1,211 @@
+//! Starting a distributed run (`[mesh] expect_members` above 1): publish
+//! this node's workers and pipeline fingerprint in its gossip payload, wait
+//! until the expected members are alive and have published theirs, check
+//! they run the same pipeline, and compute the static bin assignment
+//! (epoch 1), the same on every node.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::assignment::{self, Slot};
+use crate::exec::Cluster;
+use crate::kernel::hash::hash_bytes;
+use crate::mesh::driver::MeshNode;
+use crate::mesh::membership::MemberState;
+use crate::plan::Plan;
+
+/// How often the member table is looked at while waiting.
+const POLL: Duration = Duration::from_millis(100);
+
+/// What a node of a distributed run tells the others in its gossip payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RunInfo {
+    workers: u16,
+    /// [`fingerprint`] of its pipeline.
+    pipeline: u64,
+}
+
+/// A hash of what must be equal on every node of a distributed run: the
+/// bins, and every keyed exchange with the schema crossing it and its key
+/// (sources and sinks may differ: each node reads and writes its own).
+pub(crate) fn fingerprint(plan: &Plan) -> u64 {
+    let mut text = format!("bins={}\n", plan.node.bins);
+    for node in &plan.nodes {
+        for (port, input) in node.inputs.iter().enumerate() {
+            let Some(key) = &input.exchange else {
+                continue;
+            };
+            let schema = &plan.nodes[input.from].outputs[input.from_port].schema;
+            text.push_str(&format!(
+                "{}.{port} <- {}: {} by {key:?}\n",
+                node.id,
+                plan.nodes[input.from].id,
+                schema.describe()
+            ));
+        }
+    }
+    hash_bytes(text.as_bytes())
+}
+
+/// Waits for the members and computes the assignment. The error says what
+/// was missing or does not match.
+pub(crate) fn cluster(
+    mesh: &Arc<MeshNode>,
+    plan: &Plan,
+    expected: u32,
+    timeout: Duration,
+) -> Result<Cluster, String> {
+    let me = mesh.identity().clone();
+    let own = RunInfo {
+        workers: plan.node.workers as u16,
+        pipeline: fingerprint(plan),
+    };
+    mesh.set_payload(postcard::to_stdvec(&own).expect("encoding a small struct"));
+    tracing::info!(
+        "distributed run: waiting for {expected} members (this one included) for up to {timeout:?}"
+    );
+    let deadline = Instant::now() + timeout;
+    loop {
+        let members = mesh.members();
+        let alive: Vec<_> = members
+            .iter()
+            .filter(|m| m.state == MemberState::Alive)
+            .collect();
+        let mut slots = Vec::new();
+        let mut addrs = Vec::new();
+        let mut waiting_for = Vec::new();
+        for m in &alive {
+            let info = if m.id.name == me.name {
+                Some(own.clone())
+            } else {
+                m.payload
+                    .as_ref()
+                    .and_then(|(_, bytes)| postcard::from_bytes::<RunInfo>(bytes).ok())
+            };
+            match info {
+                Some(i) if i.pipeline != own.pipeline => {
+                    return Err(format!(
+                        "member {} ({}) runs a different pipeline: the keyed exchanges, their schemas \
+                         and `[node] bins` must be the same on every node",
+                        m.id.name, m.id.addr
+                    ));
+                }
+                Some(i) => {
+                    slots.push(Slot {
+                        name: m.id.name.clone(),
+                        workers: i.workers,
+                    });
+                    addrs.push((m.id.name.clone(), m.id.addr));
+                }
+                None => waiting_for.push(m.id.name.clone()),
+            }
+        }
+        if alive.len() > expected as usize {
+            let names: Vec<&str> = alive.iter().map(|m| m.id.name.as_str()).collect();
+            return Err(format!(
+                "{} members are alive ({}), `[mesh] expect_members` is {expected}: every node of a \
+                 distributed run must expect the same members",
+                alive.len(),
+                names.join(", ")
+            ));
+        }
+        if slots.len() == expected as usize {
+            let a = assignment::even(plan.node.bins, &slots)?;
+            let index = a
+                .node_of(&me.name)
+                .expect("this node is among the alive members");
+            let addrs = a
+                .members
+                .iter()
+                .map(|s| {
+                    addrs
+                        .iter()
+                        .find(|(n, _)| *n == s.name)
+                        .map(|(_, a)| *a)
+                        .expect("every member has an address")
+                })
+                .collect();
+            tracing::info!(
+                "bin assignment {a}; this node is {} (workers {}..{})",
+                me.name,
+                a.first[index],
+                a.first[index] + a.members[index].workers as usize
+            );
+            return Ok(Cluster {
+                assignment: Arc::new(a),
+                me: index,
+                addrs,
+                mesh: mesh.clone(),
+            });
+        }
+        if Instant::now() >= deadline {
+            let names: Vec<&str> = slots.iter().map(|s| s.name.as_str()).collect();
+            return Err(format!(
+                "gave up after {timeout:?} ([mesh] expect_timeout): {expected} members expected, \
+                 {} ready ({}){}; check that every node is started and can reach the others",
+                slots.len(),
+                names.join(", "),
+                if waiting_for.is_empty() {
+                    String::new()
+                } else {
+                    format!(", no pipeline info yet from {}", waiting_for.join(", "))
+                }
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_sees_exchanges_not_sinks() {
+        let base = r#"
+[node]
+bins = 64
+[sources.s]
+type = "file"
+path = "in.jsonl"
+schema = { k = "int", ts = "int" }
+event_time = "ts"
+[transforms.w]
+type = "window"
+inputs = ["s"]
+key = ["k"]
+window = { kind = "tumbling", size = "1s" }
+aggregates = { n = "count(*)" }
+"#;
+        let plan = |extra: &str| {
+            crate::daemon::load::load_str("t.toml", &format!("{base}{extra}"))
+                .map(|(p, _)| p)
+                .unwrap_or_else(|d| panic!("{}", d.render()))
+        };
+        let a = plan("[sinks.o]\ntype = \"stdout\"\ninputs = [\"w\"]\n");
+        let b = plan("[sinks.o]\ntype = \"blackhole\"\ninputs = [\"w\"]\n");
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        let c = crate::daemon::load::load_str(
+            "t.toml",
+            &format!(
+                "{}[sinks.o]\ntype = \"stdout\"\ninputs = [\"w\"]\n",
+                base.replace("bins = 64", "bins = 128")
+            ),
+        )
+        .map(|(p, _)| p)
+        .unwrap_or_else(|d| panic!("{}", d.render()));
+        assert_ne!(fingerprint(&a), fingerprint(&c));
+        let d = crate::daemon::load::load_str(
+            "t.toml",
+            &format!(
+                "{}[sinks.o]\ntype = \"stdout\"\ninputs = [\"w\"]\n",
+                base.replace("key = [\"k\"]", "key = [\"ts\"]")
+            ),
+        )
+        .map(|(p, _)| p)
+        .unwrap_or_else(|d| panic!("{}", d.render()));
+        assert_ne!(fingerprint(&a), fingerprint(&d), "another key");
+    }
+}

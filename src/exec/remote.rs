@@ -1,0 +1,500 @@
+//! The remote half of keyed exchanges in a distributed run. A worker sends
+//! to a worker of another node exactly as to a local one, on a bounded
+//! channel; here a task per (exchange, local worker, remote worker) takes
+//! from that channel, encodes batches and markers into frames and writes
+//! them on its own ordered QUIC stream, waiting on QUIC flow control. On
+//! the other node a task per incoming stream decodes the frames and pushes
+//! them into the receiving worker's inbox with a bounded send: a full inbox
+//! stops the reading, QUIC flow control then stops the writing, and the
+//! sending worker finds its channel full. No queue on the way is unbounded.
+//!
+//! Watermarks and the end of input travel in band as markers, so for the
+//! receiving worker a remote sender is one more input channel: per-sender
+//! order, the minimum watermark and end-of-input work as they do locally.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use super::Shared;
+use super::clock;
+use super::worker::{Body, Message};
+use crate::control::assignment::Assignment;
+use crate::data::{SchemaRef, wire};
+use crate::mesh::driver::{IncomingStream, MeshNode};
+use crate::mesh::frame::{DataBatch, Frame, Marker, StreamKind};
+use crate::mesh::streams::FrameReceiver;
+
+/// Frames written at once by a sender task when its queue has several.
+const FRAMES_PER_WRITE: usize = 16;
+/// How long the end of a run waits for peers to read what it sent.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a distributed run knows of its cluster.
+pub(crate) struct Cluster {
+    pub(crate) assignment: Arc<Assignment>,
+    /// This node's index in `assignment.members`.
+    pub(crate) me: usize,
+    /// The mesh address of every member, in `assignment.members` order.
+    pub(crate) addrs: Vec<SocketAddr>,
+    pub(crate) mesh: Arc<MeshNode>,
+}
+
+/// One keyed exchange as the remote half sees it.
+pub(crate) struct RemoteEdge {
+    /// The schema of the rows crossing it.
+    pub(crate) schema: SchemaRef,
+    /// The inbox of each local worker.
+    pub(crate) inboxes: Vec<flume::Sender<Message>>,
+}
+
+/// The running remote half of a run's exchanges.
+pub(crate) struct RemoteExchange {
+    /// `[edge][local worker][global worker]`: the queue to that worker if
+    /// it is on another node.
+    pub(crate) queues: Vec<Vec<Vec<Option<flume::Sender<Message>>>>>,
+    senders: Vec<smol::Task<()>>,
+    _dispatch: smol::Task<()>,
+}
+
+impl RemoteExchange {
+    /// Creates the queues and starts a sender task per remote pair and the
+    /// task that takes the streams peers open to this node.
+    pub(crate) fn start(
+        cluster: &Cluster,
+        shared: &Arc<Shared>,
+        edges: Vec<RemoteEdge>,
+    ) -> Result<RemoteExchange, String> {
+        let a = &cluster.assignment;
+        let total = a.total_workers();
+        let first = a.first[cluster.me];
+        let local = a.members[cluster.me].workers as usize;
+        let is_local = |g: usize| (first..first + local).contains(&g);
+        let per_peer = edges.len() * local * total.saturating_sub(local);
+        if per_peer > crate::mesh::endpoint::MAX_UNI_STREAMS as usize {
+            return Err(format!(
+                "the run needs {per_peer} streams to its peers, more than the mesh allows ({}); use fewer workers",
+                crate::mesh::endpoint::MAX_UNI_STREAMS
+            ));
+        }
+        let mut queues = Vec::with_capacity(edges.len());
+        let mut senders = Vec::new();
+        for edge in 0..edges.len() {
+            let mut per_local = Vec::with_capacity(local);
+            for l in 0..local {
+                let mut per_global = Vec::with_capacity(total);
+                for g in 0..total {
+                    if is_local(g) {
+                        per_global.push(None);
+                        continue;
+                    }
+                    let (tx, rx) = flume::bounded(shared.channel_capacity);
+                    per_global.push(Some(tx));
+                    let node = a.node_of_worker(g);
+                    let link = Link {
+                        mesh: cluster.mesh.clone(),
+                        addr: cluster.addrs[node],
+                        name: a.members[node].name.clone(),
+                        kind: StreamKind::Exchange {
+                            epoch: a.epoch,
+                            edge: edge as u16,
+                            sender: (first + l) as u16,
+                            receiver: g as u16,
+                        },
+                    };
+                    let shared = shared.clone();
+                    senders.push(smol::spawn(async move {
+                        let name = link.name.clone();
+                        if let Err(e) = send_stream(link, rx, &shared, first + l).await
+                            && !shared.failed.load(Relaxed)
+                            && !shared.halted.load(Relaxed)
+                        {
+                            shared.fail(format!(
+                                "exchange {edge} to {name}: {e}; a distributed run needs every member until it ends"
+                            ));
+                        }
+                    }));
+                }
+                per_local.push(per_global);
+            }
+            queues.push(per_local);
+        }
+        let expected = edges.len() * local * (total - local);
+        let dispatch = Dispatch {
+            assignment: a.clone(),
+            me: cluster.me,
+            edges,
+            shared: shared.clone(),
+        };
+        let incoming = cluster.mesh.incoming();
+        let task = smol::spawn(async move { dispatch.run(incoming, expected).await });
+        Ok(RemoteExchange {
+            queues,
+            senders,
+            _dispatch: task,
+        })
+    }
+
+    /// Waits until peers have read everything this node sent (after the
+    /// workers ended), so the node may leave the mesh. A failed run does
+    /// not wait.
+    pub(crate) fn finish(self, shared: &Shared) {
+        if shared.failed.load(Relaxed) || shared.halted.load(Relaxed) {
+            return;
+        }
+        let delivered = smol::block_on(crate::mesh::endpoint::with_timeout(
+            DELIVERY_TIMEOUT,
+            async {
+                for t in self.senders {
+                    t.await;
+                }
+            },
+        ));
+        if delivered.is_none() {
+            tracing::warn!(
+                "peers did not read all this node sent within {DELIVERY_TIMEOUT:?}; leaving anyway"
+            );
+        }
+    }
+}
+
+/// Where a sender task writes.
+struct Link {
+    mesh: Arc<MeshNode>,
+    addr: SocketAddr,
+    name: String,
+    kind: StreamKind,
+}
+
+/// Moves one queue onto its stream until the end marker, then waits until
+/// the peer has read it all.
+async fn send_stream(
+    link: Link,
+    rx: flume::Receiver<Message>,
+    shared: &Shared,
+    worker: usize,
+) -> Result<(), String> {
+    let peer = link
+        .mesh
+        .connect(link.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut tx = peer
+        .open_stream(link.kind)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut frames = Vec::with_capacity(FRAMES_PER_WRITE);
+    let mut seq = 0u64;
+    let mut ended = false;
+    while !ended {
+        let Ok(first) = rx.recv_async().await else {
+            // The worker is gone without an end: the run failed or halted.
+            return Ok(());
+        };
+        frames.clear();
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            let frame = match msg.body {
+                Body::Batch(b) => {
+                    let mut bytes = Vec::new();
+                    wire::encode(&b, clock::now_ns(), &mut bytes);
+                    seq += 1;
+                    Frame::Data(DataBatch {
+                        seq,
+                        records: b.len() as u32,
+                        bytes,
+                    })
+                }
+                Body::Watermark(w) => Frame::Marker(Marker::Watermark(w)),
+                Body::Barrier(id) => Frame::Marker(Marker::Barrier(id)),
+                Body::End => {
+                    ended = true;
+                    Frame::Marker(Marker::End)
+                }
+            };
+            frames.push(frame);
+            if ended || frames.len() == FRAMES_PER_WRITE {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        // The worker may be parked on this queue being full.
+        if rx.len() + frames.len() >= shared.channel_capacity {
+            shared.wake(worker);
+        }
+        tx.send_many(&frames).await.map_err(|e| e.to_string())?;
+    }
+    // The end marker is written. A peer closes its connections only after
+    // every one of its workers has ended, which needs this stream's end
+    // marker: a close now (the peer leaving) is not a loss.
+    if let Err(e) = tx.finish_and_wait().await {
+        tracing::debug!("after the end marker to {}: {e}", link.name);
+    }
+    Ok(())
+}
+
+/// Takes the streams peers open and starts a reader for each exchange
+/// stream, after checking it belongs to this run.
+struct Dispatch {
+    assignment: Arc<Assignment>,
+    me: usize,
+    edges: Vec<RemoteEdge>,
+    shared: Arc<Shared>,
+}
+
+impl Dispatch {
+    async fn run(self, incoming: flume::Receiver<IncomingStream>, expected: usize) {
+        let mut seen = HashSet::new();
+        while seen.len() < expected {
+            let Ok(stream) = incoming.recv_async().await else {
+                return;
+            };
+            let peer = stream.receiver.peer().to_string();
+            let StreamKind::Exchange {
+                epoch,
+                edge,
+                sender,
+                receiver,
+            } = stream.kind
+            else {
+                tracing::debug!("ignoring a {:?} stream from {peer}", stream.kind);
+                continue;
+            };
+            let (edge, sender, receiver) = (edge as usize, sender as usize, receiver as usize);
+            let a = &self.assignment;
+            let total = a.total_workers();
+            let first = a.first[self.me];
+            let local = a.members[self.me].workers as usize;
+            let problem = if epoch != a.epoch {
+                Some(format!(
+                    "it sends under assignment epoch {epoch}, this node runs epoch {}",
+                    a.epoch
+                ))
+            } else if edge >= self.edges.len() {
+                Some(format!(
+                    "it sends on exchange {edge}, this pipeline has {}; do both run the same pipeline?",
+                    self.edges.len()
+                ))
+            } else if !(first..first + local).contains(&receiver)
+                || sender >= total
+                || a.node_of_worker(sender) == self.me
+            {
+                Some(format!(
+                    "it sends from worker {sender} to worker {receiver}, which do not match the assignment ({a})"
+                ))
+            } else if !seen.insert((edge, sender, receiver)) {
+                Some(format!(
+                    "it opened the stream of exchange {edge} from worker {sender} to {receiver} twice"
+                ))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                self.shared
+                    .fail(format!("refusing a data stream from {peer}: {p}"));
+                return;
+            }
+            let wake = {
+                let shared = self.shared.clone();
+                Box::new(move || shared.wake(receiver))
+            };
+            let reader = Reader {
+                rx: stream.receiver,
+                schema: self.edges[edge].schema.clone(),
+                inbox: self.edges[edge].inboxes[receiver - first].clone(),
+                sender: sender as u32,
+                wake,
+            };
+            let shared = self.shared.clone();
+            smol::spawn(async move {
+                if let Err(e) = reader.run().await
+                    && !shared.failed.load(Relaxed)
+                    && !shared.halted.load(Relaxed)
+                {
+                    shared.fail(format!(
+                        "exchange {edge} from {peer}: {e}; a distributed run needs every member until it ends"
+                    ));
+                }
+            })
+            .detach();
+        }
+    }
+}
+
+/// Reads one exchange stream into a worker's inbox.
+struct Reader {
+    rx: FrameReceiver,
+    schema: SchemaRef,
+    inbox: flume::Sender<Message>,
+    sender: u32,
+    /// Wakes the receiving worker.
+    wake: Box<dyn Fn() + Send>,
+}
+
+impl Reader {
+    async fn run(mut self) -> Result<(), String> {
+        let mut ended = false;
+        loop {
+            let frame = self.rx.recv().await.map_err(|e| e.to_string())?;
+            let body = match frame {
+                None if ended => return Ok(()),
+                None => return Err("the stream ended before its end marker".into()),
+                Some(_) if ended => return Err("data after the end marker".into()),
+                Some(Frame::Data(d)) => Body::Batch(
+                    wire::decode(&d.bytes, &self.schema, clock::now_ns())
+                        .map_err(|e| format!("batch {}: {e}", d.seq))?,
+                ),
+                Some(Frame::Marker(Marker::Watermark(w))) => Body::Watermark(w),
+                Some(Frame::Marker(Marker::Barrier(id))) => Body::Barrier(id),
+                Some(Frame::Marker(Marker::End)) => {
+                    ended = true;
+                    Body::End
+                }
+                Some(other) => return Err(format!("unexpected frame {other:?}")),
+            };
+            let msg = Message {
+                from: self.sender,
+                body,
+            };
+            // Bounded: while the inbox is full this stream is not read, and
+            // QUIC flow control holds the sender back.
+            if self.inbox.send_async(msg).await.is_err() {
+                return Ok(()); // the worker is gone: the run ended or failed
+            }
+            (self.wake)();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::data::{BatchBuilder, DataType, Field, Schema};
+    use crate::mesh::ca;
+    use crate::mesh::endpoint::{EndpointOptions, MeshEndpoint, with_timeout};
+    use crate::mesh::identity::NodeIdentity;
+
+    fn endpoint(ca: &ca::CertAndKey, name: &str) -> MeshEndpoint {
+        let node = ca::issue_node(ca, "blue", name, 1).expect("node cert");
+        let id = NodeIdentity::from_pem(&ca.cert_pem, &node, None).expect("identity");
+        MeshEndpoint::bind(
+            &id,
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            EndpointOptions::default(),
+        )
+        .expect("bind")
+    }
+
+    /// About 64 KiB: row `i` of every batch holds `seq`.
+    fn batch(schema: &SchemaRef, seq: i64) -> Vec<u8> {
+        let mut b = BatchBuilder::new(schema.clone(), 2048, false);
+        for _ in 0..2048 {
+            b.column_mut(0).push_int(seq);
+            b.column_mut(1).push_str("0123456789abcdef0123456789abcdef");
+            b.finish_row(0, 0);
+        }
+        let mut bytes = Vec::new();
+        wire::encode(&b.take(), 0, &mut bytes);
+        bytes
+    }
+
+    /// Backpressure end to end over real QUIC: while nobody drains the
+    /// worker's inbox, the reader stops at the inbox's capacity and the
+    /// writer stops once QUIC's window is full (well before all frames are
+    /// sent); once the inbox drains, everything arrives, in order.
+    #[test]
+    fn a_full_inbox_stops_the_stream() {
+        const FRAMES: i64 = 200; // ~13 MB, far over QUIC's stream window
+        const INBOX: usize = 4;
+        let ca = ca::generate_ca("blue", 1).expect("ca");
+        let (a, b) = (endpoint(&ca, "a"), endpoint(&ca, "b"));
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("seq", DataType::Int),
+            Field::new("pad", DataType::Str),
+        ]));
+        let (inbox_tx, inbox) = flume::bounded(INBOX);
+        let sent = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        smol::block_on(async {
+            let to_b = a.connect(b.local_addr()).await.expect("connect");
+            let from_a = b.accept().await.expect("accept");
+            let kind = StreamKind::Exchange {
+                epoch: 1,
+                edge: 0,
+                sender: 0,
+                receiver: 1,
+            };
+            let mut tx = to_b.open_stream(kind).await.expect("open");
+            let writer = {
+                let (schema, sent) = (schema.clone(), sent.clone());
+                smol::spawn(async move {
+                    for seq in 0..FRAMES {
+                        let bytes = batch(&schema, seq);
+                        let frame = Frame::Data(DataBatch {
+                            seq: seq as u64,
+                            records: 2048,
+                            bytes,
+                        });
+                        tx.send(&frame).await.expect("send");
+                        sent.store(seq + 1, Relaxed);
+                    }
+                    tx.send(&Frame::Marker(Marker::End)).await.expect("end");
+                    tx.finish_and_wait().await.expect("delivered");
+                })
+            };
+            let (got_kind, rx) = from_a.accept_stream().await.expect("accept stream");
+            assert_eq!(got_kind, kind);
+            let reader = Reader {
+                rx,
+                schema: schema.clone(),
+                inbox: inbox_tx,
+                sender: 0,
+                wake: Box::new(|| {}),
+            };
+            let reading = smol::spawn(reader.run());
+
+            // Nobody drains: both ends stop.
+            let mut last = -1;
+            loop {
+                smol::Timer::after(Duration::from_millis(300)).await;
+                let now = sent.load(Relaxed);
+                if now == last {
+                    break;
+                }
+                last = now;
+            }
+            eprintln!("held back after {last} of {FRAMES} frames");
+            assert_eq!(inbox.len(), INBOX, "the reader fills the inbox and waits");
+            assert!(
+                last < FRAMES / 2,
+                "the writer should be held back by flow control, but sent {last} of {FRAMES} frames"
+            );
+
+            // Drain: everything arrives, in order, then the end.
+            let mut seq = 0;
+            loop {
+                let msg = with_timeout(Duration::from_secs(10), inbox.recv_async())
+                    .await
+                    .expect("arrives")
+                    .expect("open");
+                match msg.body {
+                    Body::Batch(b) => {
+                        assert_eq!(b.column(0).int(0), Some(seq));
+                        assert_eq!(b.len(), 2048);
+                        seq += 1;
+                    }
+                    Body::End => break,
+                    _ => panic!("only batches and the end were sent"),
+                }
+            }
+            assert_eq!(seq, FRAMES);
+            reading.await.expect("the stream ends cleanly");
+            writer.await;
+        });
+    }
+}
