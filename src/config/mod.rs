@@ -4,12 +4,15 @@
 mod diag;
 mod mesh;
 mod model;
+mod net;
+
 mod read;
 mod table;
 mod validate;
 
 pub(crate) use diag::{Context, Diagnostics, Sp};
 pub(crate) use model::*;
+pub(crate) use net::{HttpUrl, NetProtocol, NetSinkSettings, NetSourceSettings};
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(

@@ -124,6 +124,8 @@ pub(crate) enum Spec {
     Generator(GeneratorSource),
     File(FileSource),
     Stdin(StdinSource),
+    /// `http`, `tcp` and `udp` sources.
+    NetSource(super::net::NetSource),
     Filter {
         condition: Sp<String>,
     },
@@ -147,6 +149,8 @@ pub(crate) enum Spec {
         exactly_once: bool,
     },
     Blackhole,
+    /// `http`, `tcp` and `udp` sinks.
+    NetSink(super::net::NetSinkSettings),
     /// A component whose fields have errors (already reported).
     Invalid,
 }

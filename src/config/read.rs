@@ -7,6 +7,8 @@ use toml::de::{DeTable, DeValue};
 use super::diag::{Context, Diagnostics, Sp, suggest};
 use super::mesh::{read_api, read_mesh};
 use super::model::*;
+use super::net::{NetProtocol, NetSource};
+
 use super::table::{TableReader, describe};
 use crate::data::DataType;
 use crate::io::codec::{Format, parse_rfc3339_ms};
@@ -14,9 +16,9 @@ use crate::io::generator::{
     GeneratorKind, GeneratorSpec, NexmarkEvents, schema as generator_schema,
 };
 
-const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin"];
+const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin", "http", "tcp", "udp"];
 const TRANSFORM_TYPES: &[&str] = &["filter", "map", "select", "drop", "window", "join"];
-const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole"];
+const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole", "http", "tcp", "udp"];
 
 /// Reads `text` (the contents of `file`). Components that have errors are
 /// left out of the returned config; every error is in the diagnostics.
@@ -252,6 +254,9 @@ fn read_component(
         (Section::Source, "generator") => read_generator(d, &mut t).map(Spec::Generator),
         (Section::Source, "file") => read_file_source(d, &mut t).map(Spec::File),
         (Section::Source, "stdin") => read_stdin(d, &mut t).map(Spec::Stdin),
+        (Section::Source, "http") => read_net_source(d, &mut t, NetProtocol::Http),
+        (Section::Source, "tcp") => read_net_source(d, &mut t, NetProtocol::Tcp),
+        (Section::Source, "udp") => read_net_source(d, &mut t, NetProtocol::Udp),
         (Section::Transform, "filter") => t
             .required_string(d, "condition")
             .map(|condition| Spec::Filter { condition }),
@@ -284,6 +289,9 @@ fn read_component(
                 exactly_once,
             })
         }
+        (Section::Sink, "http") => read_net_sink_spec(d, &mut t, NetProtocol::Http),
+        (Section::Sink, "tcp") => read_net_sink_spec(d, &mut t, NetProtocol::Tcp),
+        (Section::Sink, "udp") => read_net_sink_spec(d, &mut t, NetProtocol::Udp),
         (Section::Sink, "blackhole") => {
             read_delivery(d, &mut t, false);
             Some(Spec::Blackhole)
@@ -538,6 +546,44 @@ fn read_file_source(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<
         follow,
         event_time,
     })
+}
+
+/// An `http`, `tcp` or `udp` source: a record format like `stdin`'s
+/// (`udp`: JSON only, a CSV header cannot span datagrams), then the
+/// connector's own settings.
+fn read_net_source(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    protocol: NetProtocol,
+) -> Option<Spec> {
+    let format = if protocol == NetProtocol::Udp {
+        t.choice(d, "format", &["json"]);
+        Format::Json
+    } else {
+        read_format(d, t)
+    };
+    let schema = read_schema(d, t);
+    let event_time = read_event_time(d, t, None, 0);
+    let settings = super::net::read_net_source(d, t, protocol);
+    let schema = schema?;
+    check_event_time_field(d, t, &schema, &event_time);
+    Some(Spec::NetSource(NetSource {
+        format,
+        schema,
+        event_time,
+        settings: settings?,
+    }))
+}
+
+/// An `http`, `tcp` or `udp` sink (at least once: a peer cannot take back
+/// what it received).
+fn read_net_sink_spec(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    protocol: NetProtocol,
+) -> Option<Spec> {
+    read_delivery(d, t, false);
+    super::net::read_net_sink(d, t, protocol).map(Spec::NetSink)
 }
 
 fn read_stdin(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<StdinSource> {

@@ -5,7 +5,8 @@ pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
-mod http;
+/// Also serves the `http` source (`io::http_source`).
+pub(crate) mod http;
 mod load;
 mod notify;
 mod peers;

@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) checkpoints: Option<Arc<checkpoint::Checkpoints>>,
     /// The checkpoint this run resumes from.
     pub(crate) restored: Option<Arc<crate::state::CheckpointRecord>>,
+    /// Closes the network sources before a final checkpoint.
+    pub(crate) ingest: crate::io::IngestControl,
 }
 
 impl Shared {
@@ -215,6 +217,19 @@ impl Running {
             .ok_or("checkpoints are off")?;
         self.stop_committer();
         let deadline = Instant::now() + timeout;
+        // Records that network sources took exist nowhere else: let them
+        // enter the pipeline before the barrier, so the checkpoint covers
+        // them.
+        self.shared.ingest.close();
+        self.shared.wake_workers();
+        while !self.shared.ingest.drained() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !self.shared.ingest.drained() {
+            tracing::warn!(
+                "the network sources did not hand over what they took in time; the final checkpoint goes on without it"
+            );
+        }
         let taken = committer::take(&self.shared, &cp, &|| Instant::now() < deadline);
         self.shared.halted.store(true, Relaxed);
         self.shared.wake_workers();

@@ -13,12 +13,13 @@ use super::operator::{Operator, SourceTask};
 use super::ops;
 use super::worker::{Edge, NodeState, Port, Route, SourceState, Worker};
 use super::{Running, Shared, even_assignment};
-use crate::config::WindowKind;
+use crate::config::{NetProtocol, WindowKind};
 use crate::data::{ByteKey, WordKey};
-use crate::io::codec::Encoder;
+use crate::io::codec::{Encoder, Format};
 use crate::io::dead_letter::DeadLetter;
 use crate::io::{
-    self, BlackholeSink, ExactlyOnce, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink,
+    self, BlackholeSink, ExactlyOnce, GeneratorTask, HttpSourceArgs, LineReaderArgs, Tap, Target,
+    TcpSourceArgs, UdpSourceArgs, WriterSink,
 };
 use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
@@ -34,6 +35,7 @@ pub(crate) fn start(
 ) -> Result<Running, String> {
     let workers = plan.node.workers;
     let (checkpoints, restored) = open_state(&plan)?;
+    let ingest = io::IngestControl::new(stop.clone());
     let shared = Arc::new(Shared {
         workers,
         bins: plan.node.bins,
@@ -47,6 +49,7 @@ pub(crate) fn start(
         threads: OnceLock::new(),
         checkpoints,
         restored,
+        ingest,
     });
     let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> {
         shared
@@ -70,7 +73,10 @@ pub(crate) fn start(
         .map(|node| {
             matches!(
                 node.op,
-                OpSpec::Stdout { .. } | OpSpec::FileSink { .. } | OpSpec::Blackhole
+                OpSpec::Stdout { .. }
+                    | OpSpec::FileSink { .. }
+                    | OpSpec::Blackhole
+                    | OpSpec::NetSink(_)
             )
             .then(Arc::default)
         })
@@ -99,6 +105,22 @@ pub(crate) fn start(
     let mut writers = HashMap::new();
     let mut shutdowns = Vec::new();
     for (i, node) in plan.nodes.iter().enumerate() {
+        if let OpSpec::NetSink(s) = &node.op {
+            // Delivered records and given-up ones are counted by the
+            // writer thread, on worker 0's counters of the sink.
+            let (tx, rx) = flume::bounded(plan.node.channel_capacity);
+            let spawn = match s.protocol {
+                NetProtocol::Http => io::spawn_http_sink,
+                NetProtocol::Tcp => io::spawn_tcp_sink,
+                NetProtocol::Udp => io::spawn_udp_sink,
+            };
+            let handle = spawn(&node.id, s.clone(), rx, metrics[i][0].clone())
+                .map_err(|e| format!("sinks.{}: cannot start: {e}", node.id))?;
+            shutdowns.push(tx.clone());
+            writers.insert(i, tx);
+            helpers.push(handle);
+            continue;
+        }
         let (target, format, exact) = match &node.op {
             OpSpec::Stdout { format } => (Target::Stdout, *format, false),
             OpSpec::FileSink {
@@ -169,6 +191,54 @@ pub(crate) fn start(
         readers.push((i, owner, input, tx, resume));
     }
 
+    // Network sources listen before any worker starts, so a taken port
+    // fails the start; they are read by one worker each, like line sources.
+    let mut net_tasks: HashMap<(usize, usize), Box<dyn SourceTask>> = HashMap::new();
+    let mut http_sources = Vec::new();
+    let mut net_readers = Vec::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let OpSpec::NetSource(p) = &node.op else {
+            continue;
+        };
+        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
+        let s = &p.settings;
+        let listen_error = |e: std::io::Error| {
+            format!(
+                "sources.{}: cannot listen on {}://{}: {e}",
+                node.id,
+                s.protocol.name(),
+                s.address
+            )
+        };
+        match s.protocol {
+            NetProtocol::Http => {
+                let (task, source, handle) = io::start_http_source(HttpSourceArgs {
+                    component: node.id.clone(),
+                    plan: p.clone(),
+                    batch_size: plan.node.batch_size,
+                    dead_letter: shared.dead_letter.clone(),
+                    metrics: metrics[i][owner].clone(),
+                    control: shared.ingest.clone(),
+                })
+                .map_err(listen_error)?;
+                net_tasks.insert((i, owner), shared.ingest.task(Box::new(task)));
+                http_sources.push((owner, source));
+                helpers.push(handle);
+            }
+            NetProtocol::Tcp | NetProtocol::Udp => {
+                let socket = match s.protocol {
+                    NetProtocol::Tcp => {
+                        NetSocket::Tcp(io::bind_tcp_source(p).map_err(listen_error)?)
+                    }
+                    _ => NetSocket::Udp(io::bind_udp_source(p).map_err(listen_error)?),
+                };
+                let (tx, source) = io::line_channel(plan.node.channel_capacity, false, None);
+                net_tasks.insert((i, owner), shared.ingest.task(Box::new(source.draining())));
+                net_readers.push((i, owner, socket, tx));
+            }
+        }
+    }
+
     let mut handles = Vec::new();
     let mut receivers: Vec<Vec<Option<flume::Receiver<_>>>> = channels
         .iter()
@@ -234,6 +304,12 @@ pub(crate) fn start(
                         positions(&node.id).as_deref(),
                     )),
                     Some(g.max_out_of_orderness_ms),
+                )),
+                OpSpec::NetSource(p) => Some((
+                    net_tasks
+                        .remove(&(i, w))
+                        .unwrap_or_else(|| Box::new(EmptySource)),
+                    p.lines.event_time.map(|_| p.lines.max_out_of_orderness_ms),
                 )),
                 OpSpec::FileSource(p) | OpSpec::Stdin(p) => {
                     let task: Box<dyn SourceTask> = match line_sources.remove(&(i, w)) {
@@ -317,10 +393,47 @@ pub(crate) fn start(
             metrics: metrics[i][owner].clone(),
             stop: shared.stop.clone(),
             fail: fail.clone(),
+            max_line_bytes: None,
         };
         helpers.push(
             io::spawn_line_reader(args).map_err(|e| format!("cannot start reader thread: {e}"))?,
         );
+    }
+
+    for (owner, source) in &http_sources {
+        source.set_worker(handles[*owner].thread().clone());
+    }
+    for (i, owner, socket, tx) in net_readers {
+        let node = &plan.nodes[i];
+        let OpSpec::NetSource(p) = &node.op else {
+            unreachable!()
+        };
+        let worker = handles[owner].thread().clone();
+        let started = match socket {
+            NetSocket::Tcp(listener) => io::spawn_tcp_source(TcpSourceArgs {
+                component: node.id.clone(),
+                plan: p.clone(),
+                listener,
+                batch_size: plan.node.batch_size,
+                tx,
+                worker,
+                dead_letter: shared.dead_letter.clone(),
+                metrics: metrics[i][owner].clone(),
+                control: shared.ingest.clone(),
+            }),
+            NetSocket::Udp(socket) => io::spawn_udp_source(UdpSourceArgs {
+                component: node.id.clone(),
+                plan: p.clone(),
+                socket,
+                batch_size: plan.node.batch_size,
+                tx,
+                worker,
+                dead_letter: shared.dead_letter.clone(),
+                metrics: metrics[i][owner].clone(),
+                control: shared.ingest.clone(),
+            }),
+        };
+        helpers.push(started.map_err(|e| format!("cannot start reader thread: {e}"))?);
     }
 
     let committer_quit = Arc::new(AtomicBool::new(false));
@@ -460,7 +573,14 @@ fn instantiate(
     };
     let out_schema = || node.outputs[0].schema.clone();
     Some(match &node.op {
-        OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) => return None,
+        OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) | OpSpec::NetSource(_) => {
+            return None;
+        }
+        OpSpec::NetSink(_) => Box::new(WriterSink::new(
+            Format::Json,
+            writers[&i].clone(),
+            latency[i].clone().expect("sinks have latency"),
+        )),
         OpSpec::Filter(c) => Box::new(ops::Filter::new(c.clone())),
         OpSpec::Map(cols) => Box::new(ops::Map::new(cols.clone(), out_schema())),
         OpSpec::Project(keep) => Box::new(ops::Project::new(keep.clone(), out_schema())),
@@ -496,6 +616,12 @@ fn instantiate(
             taps.get(&node.id).cloned(),
         )),
     })
+}
+
+/// The bound socket of a `tcp` or `udp` source, until its thread starts.
+enum NetSocket {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
 }
 
 /// A line source on a worker that does not read it.

@@ -8,7 +8,7 @@ pub(crate) mod expr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::{JoinMode, NodeConfig, WindowKind};
+use crate::config::{JoinMode, NetSinkSettings, NetSourceSettings, NodeConfig, WindowKind};
 use crate::data::{KeySpec, SchemaRef};
 use crate::io::codec::Format;
 use crate::io::generator::GeneratorSpec;
@@ -63,6 +63,8 @@ pub(crate) enum OpSpec {
     Generator(GeneratorPlan),
     FileSource(LineSourcePlan),
     Stdin(LineSourcePlan),
+    /// `http`, `tcp` and `udp` sources: lines from the network.
+    NetSource(Arc<NetSourcePlan>),
     Filter(Arc<Compiled>),
     Map(Arc<Vec<MapColumn>>),
     /// `select` and `drop`: the input columns kept, in output order.
@@ -79,6 +81,15 @@ pub(crate) enum OpSpec {
         exactly_once: bool,
     },
     Blackhole,
+    /// `http`, `tcp` and `udp` sinks: JSON lines to a peer.
+    NetSink(Arc<NetSinkSettings>),
+}
+
+/// A network source: how its lines are decoded, and where they come from.
+pub(crate) struct NetSourcePlan {
+    /// `path` is `None`; each connection or request names its peer.
+    pub(crate) lines: LineSourcePlan,
+    pub(crate) settings: NetSourceSettings,
 }
 
 pub(crate) struct GeneratorPlan {
