@@ -49,12 +49,15 @@ pub(crate) struct NetSourceSettings {
     /// `http`: records waiting for the pipeline before requests are
     /// answered 503. Default 100 000.
     pub(crate) queue_records: u64,
-    /// `http`: request-body bytes whose records wait for the pipeline
-    /// before requests are answered 503. Default 64 MiB.
+        /// `http`: request-body bytes whose records wait for the pipeline
+    /// before requests are answered 503. Default 32 MiB.
     pub(crate) queue_bytes: u64,
-    /// `http`: a larger request body is answered 413. Default 10 MiB.
+    /// `http`: a larger request body is answered 413. Default 4 MiB. At
+    /// most `max_connections` bodies are read at once, so the source holds
+    /// at most `queue_bytes + max_connections * max_body_bytes` of bodies.
     pub(crate) max_body_bytes: u64,
-    /// `http` and `tcp`: connections served at once. Default 256.
+    /// `http` and `tcp`: connections served at once. Default 64 (`tcp`:
+    /// 256; a connection there holds at most one line).
     pub(crate) max_connections: u64,
     /// `tcp` and `udp`: a longer line goes to the dead-letter output
     /// (truncated). Default 1 MiB (`udp`: a datagram's 64 KiB at most).
@@ -177,9 +180,9 @@ pub(crate) fn read_net_source(
             .map_or(SocketAddr::from(([127, 0, 0, 1], 0)), |a| a.value),
         path: "/".into(),
         queue_records: 100_000,
-        queue_bytes: 64 << 20,
-        max_body_bytes: 10 << 20,
-        max_connections: 256,
+                queue_bytes: 32 << 20,
+        max_body_bytes: 4 << 20,
+        max_connections: if protocol == NetProtocol::Http { 64 } else { 256 },
         max_line_bytes: if protocol == NetProtocol::Udp {
             UDP_MAX_PAYLOAD
         } else {

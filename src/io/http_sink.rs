@@ -372,3 +372,45 @@ fn skip_chunked(conn: &mut BufReader<TcpStream>) -> std::io::Result<()> {
         std::io::copy(&mut conn.by_ref().take(n as u64 + 2), &mut std::io::sink())?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A peer that writes `answers` as one stream; the client side reads.
+    fn answers(raw: &'static [u8]) -> BufReader<TcpStream> {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(raw).unwrap();
+        });
+        let c = TcpStream::connect(a).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        BufReader::new(c)
+    }
+
+    #[test]
+    fn answers_are_read_whole_whatever_their_framing() {
+        let mut c = answers(
+            b"HTTP/1.1 100 Continue\r\n\r\n\
+              HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\nabcd\r\n0\r\nTrailer: 1\r\n\r\n\
+              HTTP/1.1 503 Busy\r\nContent-Length: 3\r\nRetry-After: 1\r\n\r\nno!\
+              HTTP/1.0 204 No Content\r\n\r\n\
+              HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\nuntil the end",
+        );
+        assert_eq!(read_answer(&mut c).unwrap(), (200, true));
+        assert_eq!(read_answer(&mut c).unwrap(), (503, true));
+        assert_eq!(read_answer(&mut c).unwrap(), (204, false));
+        assert_eq!(read_answer(&mut c).unwrap(), (500, false));
+        assert!(read_answer(&mut c).is_err(), "the peer closed");
+    }
+
+    #[test]
+    fn a_malformed_answer_is_an_error() {
+        let mut c = answers(b"SMTP ready\r\n\r\n");
+        assert!(read_answer(&mut c).is_err());
+    }
+}
