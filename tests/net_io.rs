@@ -521,6 +521,7 @@ fn udp_round_trip_at_a_moderate_rate_delivers_every_line() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let sink_port = receiver.local_addr().unwrap().port();
+    let api = free_port();
     let config = s.write(
         "p.toml",
         &format!(
@@ -529,7 +530,7 @@ fn udp_round_trip_at_a_moderate_rate_delivers_every_line() {
 workers = 1
 data_dir = "{data}"
 [api]
-enabled = false
+address = "127.0.0.1:{api}"
 [checkpoint]
 enabled = false
 [sources.udp_in]
@@ -584,6 +585,16 @@ max_datagram_bytes = 512
         got.len()
     );
     assert_eq!(got.len(), n, "loopback at this rate drops nothing");
+    let metrics = get_metrics(api);
+    assert_eq!(
+        metric(&metrics, "component_received_events_total", "udp_in"),
+        2000.0
+    );
+    assert_eq!(
+        metric(&metrics, "component_sent_events_total", "udp_out"),
+        2000.0
+    );
+    assert_eq!(metric(&metrics, "component_errors_total", "udp_out"), 0.0);
     stop(run, &log);
 }
 
@@ -682,20 +693,23 @@ path = "{out}"
 
     // The counters name both sources.
     let metrics = get_metrics(api);
-    let value = |name: &str, id: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name) && l.contains(&format!("component_id=\"{id}\"")))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} for {id}:\n{metrics}"))
-    };
+    let value = |name: &str, id: &str| metric(&metrics, name, id);
     assert_eq!(value("component_errors_total", "ingest"), 3.0);
     assert_eq!(value("component_received_events_total", "ingest"), 6.0);
     assert_eq!(value("component_sent_events_total", "ingest"), 3.0);
     assert_eq!(value("component_errors_total", "tcp_in"), 2.0);
     assert_eq!(value("component_sent_events_total", "tcp_in"), 2.0);
     stop(run, &log);
+}
+
+/// The value of `name` for component `id` in a `/metrics` text.
+fn metric(metrics: &str, name: &str, id: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l.contains(&format!("component_id=\"{id}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} for {id}:\n{metrics}"))
 }
 
 fn get_metrics(port: u16) -> String {

@@ -49,7 +49,7 @@ pub(crate) struct NetSourceSettings {
     /// `http`: records waiting for the pipeline before requests are
     /// answered 503. Default 100 000.
     pub(crate) queue_records: u64,
-        /// `http`: request-body bytes whose records wait for the pipeline
+    /// `http`: request-body bytes whose records wait for the pipeline
     /// before requests are answered 503. Default 32 MiB.
     pub(crate) queue_bytes: u64,
     /// `http`: a larger request body is answered 413. Default 4 MiB. At
@@ -180,9 +180,13 @@ pub(crate) fn read_net_source(
             .map_or(SocketAddr::from(([127, 0, 0, 1], 0)), |a| a.value),
         path: "/".into(),
         queue_records: 100_000,
-                queue_bytes: 32 << 20,
+        queue_bytes: 32 << 20,
         max_body_bytes: 4 << 20,
-        max_connections: if protocol == NetProtocol::Http { 64 } else { 256 },
+        max_connections: if protocol == NetProtocol::Http {
+            64
+        } else {
+            256
+        },
         max_line_bytes: if protocol == NetProtocol::Udp {
             UDP_MAX_PAYLOAD
         } else {

@@ -279,10 +279,12 @@ impl Running {
         }
         // Operators are gone, so sink writers see their channels close and
         // flush. Readers may block on stdin forever: do not wait for those.
+        // Network sources (`eddy-net-*`) have stopped taking input by now
+        // and end within their poll interval, releasing their ports.
         for h in self.helpers.drain(..) {
             if h.thread()
                 .name()
-                .is_some_and(|n| n.starts_with("eddy-write"))
+                .is_some_and(|n| n.starts_with("eddy-write") || n.starts_with("eddy-net"))
             {
                 let _ = h.join();
             }

@@ -180,7 +180,7 @@ pub(crate) fn start_http_source(
         tx,
     };
     let handle = std::thread::Builder::new()
-        .name(format!("eddy-read-{}", decoder.args.component))
+        .name(format!("eddy-net-{}", decoder.args.component))
         .spawn(move || decoder.run(jobs_rx, server))?;
     Ok((
         HttpSourceTask {

@@ -55,7 +55,7 @@ pub(crate) fn spawn_tcp_source(args: TcpSourceArgs) -> std::io::Result<JoinHandl
         tracing::info!(source = %args.component, "listening for lines on tcp://{a}");
     }
     std::thread::Builder::new()
-        .name(format!("eddy-accept-{}", args.component))
+        .name(format!("eddy-net-{}", args.component))
         .spawn(move || accept_loop(args))
 }
 

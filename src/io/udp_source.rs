@@ -55,7 +55,7 @@ pub(crate) fn spawn_udp_source(args: UdpSourceArgs) -> std::io::Result<JoinHandl
         tracing::info!(source = %args.component, "listening for lines on udp://{a}");
     }
     std::thread::Builder::new()
-        .name(format!("eddy-read-{}", args.component))
+        .name(format!("eddy-net-{}", args.component))
         .spawn(move || UdpReader::new(args).run())
 }
 
