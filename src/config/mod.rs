@@ -35,5 +35,6 @@ pub(crate) fn parse(file: &str, text: &str) -> (Config, Diagnostics) {
         return (config, d);
     }
     validate::check_graph(&config, &mut d);
+    net::check_listen_addresses(&config, &mut d);
     (config, d)
 }

@@ -3,10 +3,11 @@
 //! every mistake names its line, column, component and field.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Duration;
 
-use super::diag::{Diagnostics, Sp};
-use super::model::{EventTime, SchemaDecl};
+use super::diag::{Context, Diagnostics, Sp};
+use super::model::{Config, EventTime, SchemaDecl, Spec};
 use super::table::TableReader;
 use crate::io::codec::Format;
 
@@ -36,6 +37,8 @@ pub(crate) struct NetSource {
     pub(crate) schema: SchemaDecl,
     pub(crate) event_time: EventTime,
     pub(crate) settings: NetSourceSettings,
+    /// Where `address` is written.
+    pub(crate) address_span: Range<usize>,
 }
 
 /// What a network source needs beyond its record format.
@@ -157,13 +160,52 @@ pub(crate) fn parse_http_url(s: &str) -> Result<HttpUrl, String> {
 const DEFAULT_MAX_LINE: u64 = 1 << 20;
 const UDP_MAX_PAYLOAD: u64 = 65_507;
 
-/// The settings of a network source; the record format is read by the
-/// caller like any source's.
+/// Two sources (or a source and the local API) cannot listen on one
+/// address and port: say so now rather than when the second cannot bind.
+pub(crate) fn check_listen_addresses(config: &Config, d: &mut Diagnostics) {
+    let mut taken: Vec<(bool, SocketAddr, String)> = Vec::new();
+    if config.node.api.enabled {
+        taken.push((
+            false,
+            config.node.api.address,
+            "the local API ([api] address)".into(),
+        ));
+    }
+    for c in &config.components {
+        let Spec::NetSource(s) = &c.spec else {
+            continue;
+        };
+        let udp = s.settings.protocol == NetProtocol::Udp;
+        let a = s.settings.address;
+        if a.port() == 0 {
+            continue;
+        }
+        let clash = taken.iter().find(|(u, b, _)| {
+            *u == udp
+                && b.port() == a.port()
+                && (b.ip() == a.ip() || b.ip().is_unspecified() || a.ip().is_unspecified())
+        });
+        match clash {
+            Some((_, b, who)) => d.error(
+                s.address_span.clone(),
+                &Context {
+                    component: Some(c.qualified_id()),
+                    field: Some("address".into()),
+                },
+                format!("{a} overlaps {b}, where {who} listens; give each its own port"),
+            ),
+            None => taken.push((udp, a, c.qualified_id())),
+        }
+    }
+}
+
+/// The settings of a network source and where its `address` is written;
+/// the record format is read by the caller like any source's.
 pub(crate) fn read_net_source(
     d: &mut Diagnostics,
     t: &mut TableReader<'_, '_>,
     protocol: NetProtocol,
-) -> Option<NetSourceSettings> {
+) -> Option<(NetSourceSettings, Range<usize>)> {
     let address = if t.require(
         d,
         "address",
@@ -254,7 +296,7 @@ pub(crate) fn read_net_source(
             s.max_line_bytes = n.value;
         }
     }
-    address.map(|_| s)
+    address.map(|a| (s, a.span))
 }
 
 /// The settings of a network sink. Its format is JSON lines.

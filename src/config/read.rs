@@ -567,11 +567,13 @@ fn read_net_source(
     let settings = super::net::read_net_source(d, t, protocol);
     let schema = schema?;
     check_event_time_field(d, t, &schema, &event_time);
+    let (settings, address_span) = settings?;
     Some(Spec::NetSource(NetSource {
         format,
         schema,
         event_time,
-        settings: settings?,
+        settings,
+        address_span,
     }))
 }
 

@@ -51,6 +51,9 @@ pub(crate) fn start(
         restored,
         ingest,
     });
+    // If a later step fails (a port taken by another source), what already
+    // started (listening sources, readers) sees the stop flag and ends.
+    let mut stop_on_error = StopOnError(Some(shared.stop.clone()));
     let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> {
         shared
             .restored
@@ -448,6 +451,7 @@ pub(crate) fn start(
         ),
         _ => None,
     };
+    stop_on_error.0 = None;
     Ok(Running {
         reporter: super::Reporter {
             plan,
@@ -616,6 +620,17 @@ fn instantiate(
             taps.get(&node.id).cloned(),
         )),
     })
+}
+
+/// Sets the stop flag when dropped while armed.
+struct StopOnError(Option<Arc<AtomicBool>>);
+
+impl Drop for StopOnError {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.0 {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// The bound socket of a `tcp` or `udp` source, until its thread starts.
