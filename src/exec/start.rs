@@ -117,8 +117,14 @@ pub(crate) fn start(
                 NetProtocol::Tcp => io::spawn_tcp_sink,
                 NetProtocol::Udp => io::spawn_udp_sink,
             };
-            let handle = spawn(&node.id, s.clone(), rx, metrics[i][0].clone())
-                .map_err(|e| format!("sinks.{}: cannot start: {e}", node.id))?;
+            let handle = spawn(
+                &node.id,
+                s.clone(),
+                rx,
+                metrics[i][0].clone(),
+                shared.ingest.clone(),
+            )
+            .map_err(|e| format!("sinks.{}: cannot start: {e}", node.id))?;
             shutdowns.push(tx.clone());
             writers.insert(i, tx);
             helpers.push(handle);

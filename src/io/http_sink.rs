@@ -24,6 +24,7 @@ use super::backoff::Backoff;
 use super::writer::WriterMsg;
 use crate::config::{HttpUrl, NetSinkSettings};
 use crate::exec::metrics::OpMetrics;
+use crate::io::ingest::IngestControl;
 
 /// Longest answer head read from the peer; an answer's body is read and
 /// discarded up to this many bytes too.
@@ -36,6 +37,7 @@ pub(crate) fn spawn_http_sink(
     settings: Arc<NetSinkSettings>,
     rx: flume::Receiver<WriterMsg>,
     metrics: Arc<OpMetrics>,
+    control: IngestControl,
 ) -> std::io::Result<JoinHandle<()>> {
     let url = settings
         .url
@@ -48,6 +50,7 @@ pub(crate) fn spawn_http_sink(
         url,
         conn: None,
         metrics,
+        control,
         body: Vec::new(),
         records: 0,
         oldest: None,
@@ -64,6 +67,9 @@ struct HttpSink {
     conn: Option<BufReader<TcpStream>>,
     backoff: Backoff,
     metrics: Arc<OpMetrics>,
+    /// While eddy stops, a failed batch is not retried: a dead peer must
+    /// not hold the stop for `max_retries` backoffs per queued batch.
+    control: IngestControl,
     /// The batch being filled.
     body: Vec<u8>,
     records: u64,
@@ -143,12 +149,18 @@ impl HttpSink {
                     OpMetrics::add(&self.metrics.records_out, records);
                     break;
                 }
-                Err(f) if !f.retry || failures >= self.settings.max_retries => {
+                Err(f)
+                    if !f.retry
+                        || failures >= self.settings.max_retries
+                        || self.control.should_close() =>
+                {
                     OpMetrics::add(&self.metrics.errors, records);
-                    let why = if f.retry {
+                    let why = if !f.retry {
+                        "not retried: the peer refused the request itself".to_string()
+                    } else if failures >= self.settings.max_retries {
                         format!("gave up after {} attempts (max_retries)", failures + 1)
                     } else {
-                        "not retried: the peer refused the request itself".to_string()
+                        "not retried because eddy is stopping".to_string()
                     };
                     tracing::error!(sink = %self.component, url = %self.url_text(), "cannot deliver a batch of {records} records: {}; {why}", f.message);
                     break;

@@ -19,6 +19,7 @@ use super::backoff::Backoff;
 use super::writer::WriterMsg;
 use crate::config::NetSinkSettings;
 use crate::exec::metrics::OpMetrics;
+use crate::io::ingest::IngestControl;
 
 /// Bytes gathered before a write when more are waiting.
 const WRITE_CHUNK: usize = 256 << 10;
@@ -30,6 +31,7 @@ pub(crate) fn spawn_tcp_sink(
     settings: Arc<NetSinkSettings>,
     rx: flume::Receiver<WriterMsg>,
     metrics: Arc<OpMetrics>,
+    control: IngestControl,
 ) -> std::io::Result<JoinHandle<()>> {
     let mut sink = TcpSink {
         component: component.to_string(),
@@ -37,6 +39,7 @@ pub(crate) fn spawn_tcp_sink(
         settings,
         conn: None,
         metrics,
+        control,
     };
     std::thread::Builder::new()
         .name(format!("eddy-write-{component}"))
@@ -49,6 +52,9 @@ struct TcpSink {
     conn: Option<TcpStream>,
     backoff: Backoff,
     metrics: Arc<OpMetrics>,
+    /// While eddy stops, failed bytes are not retried: a dead peer must
+    /// not hold the stop for `max_retries` backoffs.
+    control: IngestControl,
 }
 
 impl TcpSink {
@@ -89,9 +95,14 @@ impl TcpSink {
                 }
                 Err(e) => {
                     self.conn = None;
-                    if failures >= self.settings.max_retries {
+                    if failures >= self.settings.max_retries || self.control.should_close() {
                         OpMetrics::add(&self.metrics.errors, records);
-                        tracing::error!(sink = %self.component, address = %self.settings.address, "cannot send {records} records: {e}; gave up after {} attempts (max_retries)", failures + 1);
+                        let why = if failures >= self.settings.max_retries {
+                            format!("gave up after {} attempts (max_retries)", failures + 1)
+                        } else {
+                            "not retried because eddy is stopping".to_string()
+                        };
+                        tracing::error!(sink = %self.component, address = %self.settings.address, "cannot send {records} records: {e}; {why}");
                         return;
                     }
                     failures += 1;

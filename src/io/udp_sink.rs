@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::writer::WriterMsg;
 use crate::config::NetSinkSettings;
 use crate::exec::metrics::OpMetrics;
+use crate::io::ingest::IngestControl;
 
 /// Wait before resolving the address again after a failure.
 const RESOLVE_RETRY: Duration = Duration::from_secs(1);
@@ -26,6 +27,7 @@ pub(crate) fn spawn_udp_sink(
     settings: Arc<NetSinkSettings>,
     rx: flume::Receiver<WriterMsg>,
     metrics: Arc<OpMetrics>,
+    _control: IngestControl,
 ) -> std::io::Result<JoinHandle<()>> {
     let mut sink = UdpSink {
         component: component.to_string(),
