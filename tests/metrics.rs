@@ -5,42 +5,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use prometheus_parse::{Sample, Scrape, Value};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One `GET`; returns the status code and the body.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
-
 fn scrape(port: u16) -> Scrape {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some((200, body)) = get(port, "/metrics") {
+        if let Some((200, body)) = http(port, "GET", "/metrics") {
             return Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
                 .unwrap_or_else(|e| panic!("not the Prometheus text format ({e}):\n{body}"));
         }

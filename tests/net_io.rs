@@ -729,3 +729,64 @@ fn get_metrics(port: u16) -> String {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn http_source_takes_requests_again_after_a_reload() {
+    let s = Scratch::new();
+    let port = free_port();
+    let out = s.path("out.jsonl");
+    let pipeline = |condition: &str| {
+        format!(
+            r#"
+[node]
+workers = 2
+data_dir = "{data}"
+[api]
+enabled = false
+[checkpoint]
+interval = "500ms"
+[sources.ingest]
+type = "http"
+address = "127.0.0.1:{port}"
+schema = {{ id = "string", n = "int" }}
+[transforms.keep]
+type = "filter"
+inputs = ["ingest"]
+condition = "{condition}"
+[sinks.out]
+type = "file"
+inputs = ["keep"]
+path = "{out}"
+"#,
+            data = s.path("data").display(),
+            out = out.display()
+        )
+    };
+    let config = s.write("p.toml", &pipeline("n >= 0"));
+    let log = s.path("eddy.log");
+    let run = start(&config, &log);
+    wait_for_log(&log, "listening for POST");
+    let body = |from: i64| -> String {
+        (from..from + 10)
+            .map(|n| format!("{{\"id\":\"r{n}\",\"n\":{n}}}\n"))
+            .collect()
+    };
+    assert_eq!(post(port, "/", body(0).as_bytes()).unwrap().status, 200);
+    // The reload halts the pipeline through a checkpoint; the source hands
+    // over what it accepted, frees its port, and listens again.
+    s.write("p.toml", &pipeline("n >= 5"));
+    signal(run.0.as_ref().unwrap().id(), "HUP");
+    wait_for_log(&log, "reloaded ");
+    let answer = post(port, "/", body(100).as_bytes()).expect("listening again");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    stop(run, &log);
+    let got: BTreeSet<String> = ids(&std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect::<Vec<_>>())
+    .into_iter()
+    .collect();
+    let expected: BTreeSet<String> = (0..10).chain(100..110).map(|n| format!("r{n}")).collect();
+    assert_eq!(got, expected);
+}

@@ -2,7 +2,7 @@
 //! without a warning, and a real `eddy run` speaks the notify protocol on a
 //! real datagram socket: READY once the pipeline runs, WATCHDOG at half
 //! `WATCHDOG_USEC`, STOPPING on SIGTERM; SIGHUP with a broken file leaves
-//! the pipeline running.
+//! the pipeline running, with a valid one reloads it (RELOADING, READY).
 
 mod common;
 
@@ -121,6 +121,20 @@ fn run_notifies_systemd_ready_watchdog_and_stopping() {
     });
     assert!(alive, "no pings after SIGHUP: {got:?}");
     assert!(run.0.as_mut().unwrap().try_wait().unwrap().is_none());
+
+    // SIGHUP with a valid, changed file: a live reload, told to systemd as
+    // RELOADING=1, then READY=1 once the new pipeline runs.
+    s.write("p.toml", &pipeline("2000"));
+    signal(pid, "HUP");
+    got.clear();
+    let reloaded = receive_until(&socket, Duration::from_secs(20), &mut got, |g| {
+        let at = |line: &str| g.iter().position(|m| m.lines().any(|l| l == line));
+        matches!((at("RELOADING=1"), at("READY=1")), (Some(a), Some(b)) if a < b)
+    });
+    assert!(
+        reloaded,
+        "no RELOADING=1 then READY=1 after SIGHUP: {got:?}"
+    );
 
     signal(pid, "TERM");
     got.clear();

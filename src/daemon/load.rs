@@ -8,6 +8,11 @@ use crate::plan::{self, Plan};
 /// Reads, checks and plans `path`. On error, the diagnostics hold every
 /// problem found.
 pub(crate) fn load(path: &Path) -> Result<(Plan, Diagnostics), Diagnostics> {
+    load_with_text(path).map(|(_, plan, d)| (plan, d))
+}
+
+/// [`load`], also returning the file's text.
+pub(crate) fn load_with_text(path: &Path) -> Result<(String, Plan, Diagnostics), Diagnostics> {
     let name = path.display().to_string();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -21,7 +26,7 @@ pub(crate) fn load(path: &Path) -> Result<(Plan, Diagnostics), Diagnostics> {
             return Err(d);
         }
     };
-    load_str(&name, &text)
+    load_str(&name, &text).map(|(plan, d)| (text, plan, d))
 }
 
 pub(crate) fn load_str(name: &str, text: &str) -> Result<(Plan, Diagnostics), Diagnostics> {

@@ -11,6 +11,7 @@ mod load;
 mod notify;
 mod peers;
 mod prometheus;
+mod reload;
 mod run;
 mod services;
 mod state;

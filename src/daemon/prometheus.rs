@@ -6,7 +6,7 @@
 //! `component_kind`, `component_type` and `host`.
 
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::http::{Response, Router};
@@ -26,7 +26,8 @@ const MIN_WINDOW_S: f64 = 1.0;
 /// What `/metrics` reads: the running pipeline, once it has started.
 pub(crate) struct MetricsSource {
     host: String,
-    reporter: OnceLock<Reporter>,
+    /// The running pipeline's; replaced on a reload.
+    reporter: Mutex<Option<Reporter>>,
     window: Mutex<Window>,
 }
 
@@ -49,17 +50,24 @@ impl MetricsSource {
     pub(crate) fn new(host: String) -> MetricsSource {
         MetricsSource {
             host,
-            reporter: OnceLock::new(),
+            reporter: Mutex::new(None),
             window: Mutex::new(Window::default()),
         }
     }
 
-    pub(crate) fn attach(&self, reporter: Reporter) {
-        let _ = self.reporter.set(reporter);
+    /// Reads `reporter` from now on; `None` between two pipelines of a
+    /// reload, so the old one's state can close.
+    pub(crate) fn attach(&self, reporter: Option<Reporter>) {
+        *self.reporter.lock().unwrap_or_else(|e| e.into_inner()) = reporter;
     }
 
     fn render(&self, now: Instant) -> Option<String> {
-        let report = self.reporter.get()?.report();
+        let reporter = self
+            .reporter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()?;
+        let report = reporter.report();
         let per_second = self.per_second(&report, now);
         Some(render(&report, &self.host, &per_second))
     }

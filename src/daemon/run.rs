@@ -11,7 +11,8 @@ use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 
 use super::EXIT_CONFIG;
-use super::load::load;
+use super::load::{load, load_with_text};
+use super::reload::{Current, ReloadRequest, reload};
 use super::services::Services;
 use super::stats;
 use crate::exec;
@@ -37,7 +38,7 @@ pub(crate) fn validate(file: &Path) -> ExitCode {
 }
 
 pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
-    let (plan, d) = match load(file) {
+    let (text, plan, d) = match load_with_text(file) {
         Ok(ok) => ok,
         Err(d) => {
             eprint!("{}", d.render());
@@ -55,15 +56,17 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     tracing::info!(pipeline = %file.display(), "starting: {described}");
     // The mesh and the local API first: if they cannot start, no source has
     // read anything yet.
-    let services = match Services::start(&plan.node, file) {
+    let (reload_tx, reload_rx) = flume::bounded(1);
+    let services = match Services::start(&plan.node, file, reload_tx) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
+    let plan = Arc::new(plan);
     let stop = Arc::new(AtomicBool::new(false));
-    let running = match exec::start(Arc::new(plan), stop, HashMap::new()) {
+    let running = match exec::start(plan.clone(), stop, HashMap::new()) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");
@@ -72,14 +75,21 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
         }
     };
     services.attach(running.reporter(), &described);
-    let running = match wait_or_signal(running, &services, file) {
-        Ok(r) => r,
-        Err(code) => {
-            services.shutdown_blocking();
-            return code;
-        }
+    let mut current = Some(Current {
+        text,
+        plan,
+        running,
+    });
+    if let Err(code) = wait_or_signal(&mut current, &services, file, &reload_rx) {
+        services.shutdown_blocking();
+        return code;
+    }
+    let Some(current) = current else {
+        // A reload failed, and the previous pipeline could not start again.
+        services.shutdown_blocking();
+        return ExitCode::FAILURE;
     };
-    let report = running.wait();
+    let report = current.running.wait();
     services.shutdown_blocking();
     stats::log_summary(&report);
     if print_stats {
@@ -91,86 +101,109 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     }
 }
 
-/// SIGHUP: checks the pipeline file again. Live reload is not built yet,
-/// so the running pipeline always goes on; the log says whether the file
-/// on disk is valid (and a restart would apply it) or what is wrong.
-fn check_reload(file: &Path) {
-    match load(file) {
-        Ok(_) => tracing::warn!(
-            "received SIGHUP: {} is valid, but live reload is not supported yet; the running pipeline goes on. Restart eddy to apply it (open windows are kept by the final checkpoint)",
-            file.display()
-        ),
-        Err(d) => {
-            for line in d.render().lines() {
-                tracing::error!("{line}");
-            }
-            tracing::error!(
-                "received SIGHUP: {} has {} error(s); the running pipeline goes on unchanged",
-                file.display(),
-                d.errors.len()
-            );
-        }
-    }
+enum Event {
+    Finished,
+    Signal(std::io::Result<Signal>),
+    Reload(ReloadRequest),
 }
 
 /// Waits until the run ends by itself, or a signal asks it to stop (then it
-/// drains). A second signal exits at once; SIGHUP re-checks the file.
+/// drains). A second signal exits at once. `SIGHUP` and `POST /reload`
+/// reload the pipeline file.
 fn wait_or_signal(
-    mut running: exec::Running,
+    current: &mut Option<Current>,
     services: &Services,
     file: &Path,
-) -> Result<exec::Running, ExitCode> {
+    reloads: &flume::Receiver<ReloadRequest>,
+) -> Result<(), ExitCode> {
     smol::block_on(async {
         let mut signals = match Signals::new([Signal::Int, Signal::Term, Signal::Hup]) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("cannot listen for signals ({e}); Ctrl-C will not drain");
-                while !running.is_finished() {
+                while current.as_ref().is_some_and(|c| !c.running.is_finished()) {
                     smol::Timer::after(Duration::from_millis(20)).await;
                 }
-                return Ok(running);
+                return Ok(());
             }
         };
         let mut stopping = false;
         loop {
-            let finished = async {
-                while !running.is_finished() {
-                    smol::Timer::after(Duration::from_millis(20)).await;
-                }
-                None
+            let event = {
+                let running = match current.as_ref() {
+                    Some(c) => &c.running,
+                    None => return Ok(()),
+                };
+                let finished = async {
+                    while !running.is_finished() {
+                        smol::Timer::after(Duration::from_millis(20)).await;
+                    }
+                    Event::Finished
+                };
+                let signal = async {
+                    match signals.next().await {
+                        Some(s) => Event::Signal(s),
+                        None => std::future::pending().await,
+                    }
+                };
+                let reload = async {
+                    match reloads.recv_async().await {
+                        Ok(r) => Event::Reload(r),
+                        Err(_) => std::future::pending().await,
+                    }
+                };
+                smol::future::or(finished, smol::future::or(signal, reload)).await
             };
-            let signal = async { signals.next().await };
-            match smol::future::or(finished, signal).await {
-                None => return Ok(running),
-                Some(Ok(Signal::Hup)) => check_reload(file),
-                Some(Ok(sig)) if !stopping && running.has_checkpoints() => {
-                    // Open windows stay open: their state goes into a final
-                    // checkpoint and the next run continues them.
-                    tracing::info!(
-                        "received {sig:?}; taking a final checkpoint (send it again to exit at once)"
-                    );
-                    stopping = true;
-                    services.set_stopping();
-                    match running.checkpoint_and_halt(Duration::from_secs(30)) {
-                        Ok(id) => {
-                            tracing::info!(checkpoint = id, "final checkpoint committed; stopping")
-                        }
-                        Err(e) => tracing::error!("the final checkpoint failed: {e}"),
+            match event {
+                Event::Finished => return Ok(()),
+                Event::Reload(request) => {
+                    let outcome = if stopping {
+                        Err("the pipeline is stopping".to_string())
+                    } else {
+                        reload(file, current, services)
+                    };
+                    let _ = request.reply.send(outcome);
+                }
+                Event::Signal(Ok(Signal::Hup)) if stopping => {
+                    tracing::warn!("received SIGHUP while stopping; not reloading");
+                }
+                Event::Signal(Ok(Signal::Hup)) => {
+                    tracing::info!("received SIGHUP; reloading {}", file.display());
+                    if let Err(e) = reload(file, current, services) {
+                        tracing::error!("reload: {e}");
                     }
                 }
-                Some(Ok(sig)) if !stopping => {
-                    tracing::info!(
-                        "received {sig:?}; stopping sources and draining (send it again to exit at once)"
-                    );
+                Event::Signal(Ok(sig)) if !stopping => {
+                    let Some(c) = current.as_mut() else {
+                        return Ok(());
+                    };
                     stopping = true;
                     services.set_stopping();
-                    running.stop();
+                    if c.running.has_checkpoints() {
+                        // Open windows stay open: their state goes into a
+                        // final checkpoint and the next run continues them.
+                        tracing::info!(
+                            "received {sig:?}; taking a final checkpoint (send it again to exit at once)"
+                        );
+                        match c.running.checkpoint_and_halt(Duration::from_secs(30)) {
+                            Ok(id) => tracing::info!(
+                                checkpoint = id,
+                                "final checkpoint committed; stopping"
+                            ),
+                            Err(e) => tracing::error!("the final checkpoint failed: {e}"),
+                        }
+                    } else {
+                        tracing::info!(
+                            "received {sig:?}; stopping sources and draining (send it again to exit at once)"
+                        );
+                        c.running.stop();
+                    }
                 }
-                Some(Ok(sig)) => {
+                Event::Signal(Ok(sig)) => {
                     tracing::warn!("received {sig:?} again; exiting without draining");
                     return Err(ExitCode::from(130));
                 }
-                Some(Err(e)) => tracing::warn!("signal error: {e}"),
+                Event::Signal(Err(e)) => tracing::warn!("signal error: {e}"),
             }
         }
     })

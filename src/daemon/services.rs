@@ -9,13 +9,52 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::http::Response;
 use super::http::{HttpServer, Limits, Router};
 use super::notify::Notifier;
 use super::prometheus::{self, MetricsSource};
+use super::reload::ReloadRequest;
 use super::status::{StatusSource, routes};
 use crate::config::NodeConfig;
 use crate::mesh::config::DiscoveryKind;
 use crate::mesh::driver::MeshNode;
+
+/// `POST /reload`: reloads the pipeline file as `SIGHUP` does and answers
+/// with the outcome once the new pipeline runs (200), or why the old one
+/// goes on unchanged (422).
+fn reload_route(router: Router, reload: flume::Sender<ReloadRequest>) -> Router {
+    #[derive(serde::Serialize)]
+    struct Outcome {
+        reloaded: bool,
+        message: String,
+    }
+    router.route("POST", "/reload", move |_| {
+        let reload = reload.clone();
+        Box::pin(async move {
+            let (reply, outcome) = flume::bounded(1);
+            if reload.send_async(ReloadRequest { reply }).await.is_err() {
+                return Response::text(503, "the pipeline is stopping");
+            }
+            match outcome.recv_async().await {
+                Ok(Ok(message)) => Response::json(
+                    200,
+                    &Outcome {
+                        reloaded: true,
+                        message,
+                    },
+                ),
+                Ok(Err(message)) => Response::json(
+                    422,
+                    &Outcome {
+                        reloaded: false,
+                        message,
+                    },
+                ),
+                Err(_) => Response::text(503, "the pipeline is stopping"),
+            }
+        })
+    })
+}
 
 /// Time for the goodbye packets to leave before the endpoint closes.
 const LEAVE_FLUSH: Duration = Duration::from_millis(150);
@@ -33,7 +72,12 @@ pub(crate) struct Services {
 impl Services {
     /// Starts the mesh if `[mesh]` is present, then the API if enabled.
     /// The error says what failed and how to fix it.
-    pub(crate) fn start(node: &NodeConfig, pipeline: &Path) -> Result<Services, String> {
+    /// `POST /reload` hands its request to `reload`.
+    pub(crate) fn start(
+        node: &NodeConfig,
+        pipeline: &Path,
+        reload: flume::Sender<ReloadRequest>,
+    ) -> Result<Services, String> {
         let mesh = match &node.mesh {
             None => None,
             Some(config) => {
@@ -86,7 +130,10 @@ impl Services {
             services.watchdog = n.start_watchdog(stop.clone()).map(|h| (stop, h));
         }
         if node.api.enabled {
-            let router = prometheus::routes(routes(Router::new(), source), metrics);
+            let router = reload_route(
+                prometheus::routes(routes(Router::new(), source), metrics),
+                reload,
+            );
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
@@ -117,9 +164,18 @@ impl Services {
     /// The pipeline has started: `/metrics` reads its counters, and
     /// systemd hears that the service is ready.
     pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {
-        self.metrics.attach(reporter);
+        self.metrics.attach(Some(reporter));
         if let Some(n) = &self.notify {
             n.send(&format!("READY=1\nSTATUS=running: {described}"));
+        }
+    }
+
+    /// The pipeline is being replaced (a reload): `/metrics` lets go of
+    /// it, so its state closes before the new one opens it.
+    pub(crate) fn detach(&self) {
+        self.metrics.attach(None);
+        if let Some(n) = &self.notify {
+            n.send("RELOADING=1\nSTATUS=reloading");
         }
     }
 

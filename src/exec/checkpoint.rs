@@ -44,6 +44,8 @@ pub(crate) struct NodeInfo {
     pub(crate) source: bool,
     /// An exactly-once sink, which hands over a piece per checkpoint.
     pub(crate) exact_sink: bool,
+    /// What its state means (`plan::state_signature`).
+    pub(crate) signature: u64,
 }
 
 #[derive(Default)]
@@ -347,6 +349,11 @@ impl Checkpoints {
                 .into_iter()
                 .map(|(n, p)| (self.nodes[n].id.clone(), p))
                 .collect(),
+            signatures: self
+                .nodes
+                .iter()
+                .map(|n| (n.id.clone(), n.signature))
+                .collect(),
         };
         drop(c);
         let writes: Vec<BinWrite> = writes
@@ -423,6 +430,7 @@ mod tests {
             stateful: false,
             source: false,
             exact_sink: true,
+            signature: 0,
         };
         let cp = Checkpoints::new(Arc::new(store), vec![sink("a"), sink("b")], 1, 16, 0);
         let alive = || true;

@@ -11,7 +11,7 @@ mod ops;
 mod start;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -39,6 +39,11 @@ pub(crate) struct Shared {
     /// Set after a final checkpoint when stopping: workers return at once,
     /// leaving open windows to the checkpoint.
     pub(crate) halted: AtomicBool,
+    /// The final checkpoint's id (`u64::MAX` until one is asked for):
+    /// sources stop reading once they injected its barrier, so the
+    /// checkpoint is exactly where the next run (or a reload) resumes and
+    /// no sink sees a record twice.
+    pub(crate) last_barrier: AtomicU64,
     /// Worker thread handles, for wakeups; set before any work starts.
     pub(crate) threads: OnceLock<Vec<Thread>>,
     /// `None` when checkpoints are off.
@@ -216,6 +221,8 @@ impl Running {
             .clone()
             .ok_or("checkpoints are off")?;
         self.stop_committer();
+        // `take` requests this id, after any checkpoint still in flight.
+        self.shared.last_barrier.store(cp.requested() + 1, Relaxed);
         let deadline = Instant::now() + timeout;
         // Records that network sources took exist nowhere else: let them
         // enter the pipeline before the barrier, so the checkpoint covers

@@ -2,7 +2,7 @@
 //! node and worker, writer threads for sinks, reader threads for sources.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use crate::io::{
 };
 use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
-use crate::plan::{NodeKind, OpSpec, Plan};
+use crate::plan::{NodeKind, OpSpec, Plan, state_signature};
 use crate::state::{CheckpointRecord, Store};
 
 /// Starts every thread of a run. `taps` attach a function to blackhole
@@ -46,6 +46,7 @@ pub(crate) fn start(
         failed: AtomicBool::new(false),
         failure: Mutex::new(None),
         halted: AtomicBool::new(false),
+        last_barrier: AtomicU64::new(u64::MAX),
         threads: OnceLock::new(),
         checkpoints,
         restored,
@@ -486,6 +487,9 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
         return Ok((None, None));
     }
     let store = Store::open(&plan.node.data_dir, plan.node.cache_bytes).map_err(|e| e.0)?;
+    let signatures: Vec<u64> = (0..plan.nodes.len())
+        .map(|n| state_signature(plan, n))
+        .collect();
     let restored = store.restore_point().map_err(|e| e.0)?;
     for w in &restored.warnings {
         tracing::warn!("{w}");
@@ -513,6 +517,8 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
             ));
         }
         Some(r) => {
+            let r = fit_to_plan(r, plan, &signatures);
+            store.rebase(r.clone());
             let (keys, bytes) = r.totals();
             let bins: usize = r.operators.iter().map(|o| o.bins.len()).sum();
             tracing::info!(
@@ -532,8 +538,10 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
     let nodes = plan
         .nodes
         .iter()
-        .map(|n| NodeInfo {
+        .zip(&signatures)
+        .map(|(n, &signature)| NodeInfo {
             id: n.id.clone(),
+            signature,
             stateful: matches!(n.op, OpSpec::Window(_) | OpSpec::Join(_)),
             source: n.kind == NodeKind::Source,
             exact_sink: matches!(
@@ -553,6 +561,36 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
         last,
     );
     Ok((Some(Arc::new(checkpoints)), record.map(Arc::new)))
+}
+
+/// Keeps of checkpoint `r` what `plan` can use: the state, position or
+/// pending commit of every component whose state signature is the one
+/// recorded. The rest is left out, and said: the pipeline file changed
+/// since `r` was taken (a restart or a reload with a new file).
+fn fit_to_plan(mut r: CheckpointRecord, plan: &Plan, signatures: &[u64]) -> CheckpointRecord {
+    let id = r.id;
+    let recorded: std::collections::HashMap<String, u64> = r.signatures.iter().cloned().collect();
+    let fits = |component: &str, what: &str| -> bool {
+        let Some(n) = plan.nodes.iter().position(|n| n.id == component) else {
+            tracing::info!(
+                "{component} is no longer in the pipeline; its {what} in checkpoint {id} is dropped"
+            );
+            return false;
+        };
+        // State installed by `eddy state import` has no signature: the
+        // user vouches for it.
+        if recorded.get(component).is_none_or(|s| *s == signatures[n]) {
+            return true;
+        }
+        tracing::warn!(
+            "{component} changed since checkpoint {id} in a way its {what} does not survive; it starts anew"
+        );
+        false
+    };
+    r.operators.retain(|o| fits(&o.id, "state"));
+    r.sources.retain(|(s, _)| fits(s, "position"));
+    r.sinks.retain(|(s, _)| fits(s, "pending output"));
+    r
 }
 
 /// The operator instance of node `i` on worker `w` (`None` for sources).

@@ -141,7 +141,8 @@ impl Worker {
                     self.inject_barrier(requested);
                     progressed = true;
                 }
-                paused = cp.aligned() < self.injected;
+                paused = cp.aligned() < self.injected
+                    || self.injected >= self.shared.last_barrier.load(Relaxed);
             }
             for s in 0..self.sources.len() {
                 if paused {

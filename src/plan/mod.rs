@@ -4,6 +4,7 @@
 
 mod build;
 pub(crate) mod expr;
+mod signature;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::io::generator::GeneratorSpec;
 use expr::{AggCall, Compiled};
 
 pub(crate) use build::build;
+pub(crate) use signature::state_signature;
 
 /// The operator graph of a pipeline, nodes in topological order.
 pub(crate) struct Plan {

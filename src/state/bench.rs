@@ -92,6 +92,7 @@ fn commit(
         }],
         sources: Vec::new(),
         sinks: Vec::new(),
+        signatures: Vec::new(),
     };
     let (_, stats) = store.commit(record, writes, &[]).map_err(|e| e.0)?;
     Ok(Commit {

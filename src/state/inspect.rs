@@ -275,6 +275,7 @@ mod tests {
             }],
             sources: Vec::new(),
             sinks: Vec::new(),
+            signatures: Vec::new(),
         }
     }
 

@@ -17,6 +17,9 @@ pub(crate) struct CheckpointRecord {
     pub(crate) sources: Vec<(String, Vec<u8>)>,
     /// Sink id → its pending commit, in the sink's own encoding.
     pub(crate) sinks: Vec<(String, Vec<u8>)>,
+    /// Component id → the signature of its state (see
+    /// `plan::state_signature`): state is installed only where it matches.
+    pub(crate) signatures: Vec<(String, u64)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -253,6 +253,13 @@ impl Store {
             .copied()
     }
 
+    /// Makes `record` the base that the next checkpoint builds on in place
+    /// of the newest committed one: `record` is that one without what the
+    /// running pipeline cannot use (see `exec::start`).
+    pub(crate) fn rebase(&self, record: CheckpointRecord) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+    }
+
     pub(crate) fn latest(&self) -> Option<CheckpointRecord> {
         self.latest
             .lock()
@@ -659,6 +666,7 @@ mod tests {
                 .collect(),
             sources: vec![("src".into(), id.to_le_bytes().to_vec())],
             sinks: Vec::new(),
+            signatures: Vec::new(),
         }
     }
 

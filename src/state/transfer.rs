@@ -770,6 +770,7 @@ pub(crate) fn import_stream<R: Read>(
                 }],
                 sources: Vec::new(),
                 sinks: Vec::new(),
+                signatures: Vec::new(),
             };
             store.commit(base, Vec::new(), &[]).map_err(|e| e.0)?;
             true
@@ -1014,6 +1015,7 @@ mod tests {
             }],
             sources: Vec::new(),
             sinks: Vec::new(),
+            signatures: Vec::new(),
         }
     }
 
