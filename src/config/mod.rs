@@ -5,6 +5,8 @@ mod diag;
 mod mesh;
 mod model;
 mod mqtt;
+mod net;
+
 mod read;
 mod table;
 mod validate;
@@ -12,6 +14,7 @@ mod validate;
 pub(crate) use diag::{Context, Diagnostics, Sp};
 pub(crate) use model::*;
 pub(crate) use mqtt::{MqttSinkConfig, MqttSourceConfig};
+pub(crate) use net::{HttpUrl, NetProtocol, NetSinkSettings, NetSourceSettings};
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(
@@ -34,5 +37,6 @@ pub(crate) fn parse(file: &str, text: &str) -> (Config, Diagnostics) {
         return (config, d);
     }
     validate::check_graph(&config, &mut d);
+    net::check_listen_addresses(&config, &mut d);
     (config, d)
 }

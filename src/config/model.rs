@@ -125,6 +125,8 @@ pub(crate) enum Spec {
     File(FileSource),
     Stdin(StdinSource),
     Mqtt(super::mqtt::MqttSourceConfig),
+    /// `http`, `tcp` and `udp` sources.
+    NetSource(super::net::NetSource),
     Filter {
         condition: Sp<String>,
     },
@@ -149,6 +151,8 @@ pub(crate) enum Spec {
     },
     Blackhole,
     MqttSink(super::mqtt::MqttSinkConfig),
+    /// `http`, `tcp` and `udp` sinks.
+    NetSink(super::net::NetSinkSettings),
     /// A component whose fields have errors (already reported).
     Invalid,
 }

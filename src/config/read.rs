@@ -8,6 +8,8 @@ use super::diag::{Context, Diagnostics, Sp, suggest};
 use super::mesh::{read_api, read_mesh};
 use super::model::*;
 use super::mqtt::{read_mqtt_sink, read_mqtt_source};
+use super::net::{NetProtocol, NetSource};
+
 use super::table::{TableReader, describe};
 use crate::data::DataType;
 use crate::io::codec::{Format, parse_rfc3339_ms};
@@ -15,9 +17,9 @@ use crate::io::generator::{
     GeneratorKind, GeneratorSpec, NexmarkEvents, schema as generator_schema,
 };
 
-const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin", "mqtt"];
+const SOURCE_TYPES: &[&str] = &["generator", "file", "stdin", "mqtt", "http", "tcp", "udp"];
 const TRANSFORM_TYPES: &[&str] = &["filter", "map", "select", "drop", "window", "join"];
-const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole", "mqtt"];
+const SINK_TYPES: &[&str] = &["stdout", "file", "blackhole", "mqtt", "http", "tcp", "udp"];
 
 /// Reads `text` (the contents of `file`). Components that have errors are
 /// left out of the returned config; every error is in the diagnostics.
@@ -271,6 +273,9 @@ fn read_component(
             }
             read_mqtt_source(d, &mut t, schema, event_time).map(Spec::Mqtt)
         }
+        (Section::Source, "http") => read_net_source(d, &mut t, NetProtocol::Http),
+        (Section::Source, "tcp") => read_net_source(d, &mut t, NetProtocol::Tcp),
+        (Section::Source, "udp") => read_net_source(d, &mut t, NetProtocol::Udp),
         (Section::Transform, "filter") => t
             .required_string(d, "condition")
             .map(|condition| Spec::Filter { condition }),
@@ -307,6 +312,9 @@ fn read_component(
             read_delivery(d, &mut t, false);
             read_mqtt_sink(d, &mut t).map(Spec::MqttSink)
         }
+        (Section::Sink, "http") => read_net_sink_spec(d, &mut t, NetProtocol::Http),
+        (Section::Sink, "tcp") => read_net_sink_spec(d, &mut t, NetProtocol::Tcp),
+        (Section::Sink, "udp") => read_net_sink_spec(d, &mut t, NetProtocol::Udp),
         (Section::Sink, "blackhole") => {
             read_delivery(d, &mut t, false);
             Some(Spec::Blackhole)
@@ -561,6 +569,46 @@ fn read_file_source(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<
         follow,
         event_time,
     })
+}
+
+/// An `http`, `tcp` or `udp` source: a record format like `stdin`'s
+/// (`udp`: JSON only, a CSV header cannot span datagrams), then the
+/// connector's own settings.
+fn read_net_source(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    protocol: NetProtocol,
+) -> Option<Spec> {
+    let format = if protocol == NetProtocol::Udp {
+        t.choice(d, "format", &["json"]);
+        Format::Json
+    } else {
+        read_format(d, t)
+    };
+    let schema = read_schema(d, t);
+    let event_time = read_event_time(d, t, None, 0);
+    let settings = super::net::read_net_source(d, t, protocol);
+    let schema = schema?;
+    check_event_time_field(d, t, &schema, &event_time);
+    let (settings, address_span) = settings?;
+    Some(Spec::NetSource(NetSource {
+        format,
+        schema,
+        event_time,
+        settings,
+        address_span,
+    }))
+}
+
+/// An `http`, `tcp` or `udp` sink (at least once: a peer cannot take back
+/// what it received).
+fn read_net_sink_spec(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    protocol: NetProtocol,
+) -> Option<Spec> {
+    read_delivery(d, t, false);
+    super::net::read_net_sink(d, t, protocol).map(Spec::NetSink)
 }
 
 fn read_stdin(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<StdinSource> {

@@ -138,6 +138,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         411 => "Length Required",
+        415 => "Unsupported Media Type",
         413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
@@ -388,6 +389,19 @@ async fn read_request(
     }
     let mut body = buf[head_end + 4..].to_vec();
     body.truncate(length);
+    // curl and others wait up to a second for this before a large body.
+    if body.len() < length
+        && request
+            .header("expect")
+            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .map_err(|e| Response::text(400, &format!("writing 100 Continue: {e}")))?;
+    }
+    // Ingest bodies can be megabytes: read them in large pieces.
+    let mut chunk = vec![0u8; (length - body.len()).clamp(1, 64 << 10)];
     while body.len() < length {
         let n = stream
             .read(&mut chunk)

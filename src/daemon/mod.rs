@@ -6,7 +6,8 @@ mod bench;
 mod cli;
 pub mod cluster;
 mod distribute;
-mod http;
+/// Also serves the `http` source (`io::http_source`).
+pub(crate) mod http;
 mod load;
 mod notify;
 mod peers;

@@ -169,19 +169,22 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
     let counters: [(&str, &str, Pick); 6] = [
         (
             "component_received_events_total",
-            "Records that reached the component (for a source: read from outside, including those that failed to decode).",
-            |c| {
-                Some(if c.kind == NodeKind::Source {
-                    (c.counters.records_out + c.errors) as f64
-                } else {
-                    c.counters.records_in as f64
-                })
+            "Records that reached the component (sources: records read, including malformed ones).",
+            |c| match c.kind {
+                // A source's records are those it emitted and those it
+                // rejected to the dead-letter output.
+                NodeKind::Source => Some((c.counters.records_out + c.errors) as f64),
+                _ => Some(c.counters.records_in as f64),
             },
         ),
         (
             "component_sent_events_total",
-            "Records the component emitted.",
-            |c| (c.kind != NodeKind::Sink).then_some(c.counters.records_out as f64),
+            "Records the component emitted (network sinks: records the peer took).",
+            |c| {
+                let network_sink = c.kind == NodeKind::Sink
+                    && matches!(c.type_name.as_str(), "http" | "tcp" | "udp");
+                (c.kind != NodeKind::Sink || network_sink).then_some(c.counters.records_out as f64)
+            },
         ),
         (
             "component_errors_total",

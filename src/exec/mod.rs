@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) checkpoints: Option<Arc<checkpoint::Checkpoints>>,
     /// The checkpoint this run resumes from.
     pub(crate) restored: Option<Arc<crate::state::CheckpointRecord>>,
+    /// Closes the network sources before a final checkpoint.
+    pub(crate) ingest: crate::io::IngestControl,
 }
 
 impl Shared {
@@ -242,6 +244,19 @@ impl Running {
         // `take` requests this id, after any checkpoint still in flight.
         self.shared.last_barrier.store(cp.requested() + 1, Relaxed);
         let deadline = Instant::now() + timeout;
+        // Records that network sources took exist nowhere else: let them
+        // enter the pipeline before the barrier, so the checkpoint covers
+        // them.
+        self.shared.ingest.close();
+        self.shared.wake_workers();
+        while !self.shared.ingest.drained() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !self.shared.ingest.drained() {
+            tracing::warn!(
+                "the network sources did not hand over what they took in time; the final checkpoint goes on without it"
+            );
+        }
         let taken = committer::take(&self.shared, &cp, &|| Instant::now() < deadline);
         self.shared.halted.store(true, Relaxed);
         self.shared.wake_workers();
@@ -294,10 +309,12 @@ impl Running {
         }
         // Operators are gone, so sink writers see their channels close and
         // flush. Readers may block on stdin forever: do not wait for those.
+        // Network sources (`eddy-net-*`) have stopped taking input by now
+        // and end within their poll interval, releasing their ports.
         for h in self.helpers.drain(..) {
             if h.thread()
                 .name()
-                .is_some_and(|n| n.starts_with("eddy-write"))
+                .is_some_and(|n| n.starts_with("eddy-write") || n.starts_with("eddy-net"))
             {
                 let _ = h.join();
             }

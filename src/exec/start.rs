@@ -13,12 +13,13 @@ use super::operator::{Operator, SourceTask};
 use super::ops;
 use super::worker::{Edge, NodeState, Port, Route, SourceState, Worker};
 use super::{Cluster, Running, Shared, even_assignment};
-use crate::config::WindowKind;
+use crate::config::{NetProtocol, WindowKind};
 use crate::data::{ByteKey, WordKey};
-use crate::io::codec::Encoder;
+use crate::io::codec::{Encoder, Format};
 use crate::io::dead_letter::DeadLetter;
 use crate::io::{
-    self, BlackholeSink, ExactlyOnce, GeneratorTask, LineReaderArgs, Tap, Target, WriterSink,
+    self, BlackholeSink, ExactlyOnce, GeneratorTask, HttpSourceArgs, LineReaderArgs, Tap, Target,
+    TcpSourceArgs, UdpSourceArgs, WriterSink,
 };
 use crate::kernel::hash::hash_bytes;
 use crate::kernel::watermark::BoundedOutOfOrderness;
@@ -72,6 +73,7 @@ pub(crate) fn start_with(
     } else {
         open_state(&plan)?
     };
+    let ingest = io::IngestControl::new(stop.clone());
     let shared = Arc::new(Shared {
         workers,
         global_workers,
@@ -88,7 +90,11 @@ pub(crate) fn start_with(
         threads: OnceLock::new(),
         checkpoints,
         restored,
+        ingest,
     });
+    // If a later step fails (a port taken by another source), what already
+    // started (listening sources, readers) sees the stop flag and ends.
+    let mut stop_on_error = StopOnError(Some(shared.stop.clone()));
     let positions = |id: &str| -> Option<Vec<(u32, Vec<u8>)>> {
         shared
             .restored
@@ -115,6 +121,7 @@ pub(crate) fn start_with(
                     | OpSpec::FileSink { .. }
                     | OpSpec::Blackhole
                     | OpSpec::MqttSink(_)
+                    | OpSpec::NetSink(_)
             )
             .then(Arc::default)
         })
@@ -143,6 +150,28 @@ pub(crate) fn start_with(
     let mut writers = HashMap::new();
     let mut shutdowns = Vec::new();
     for (i, node) in plan.nodes.iter().enumerate() {
+        if let OpSpec::NetSink(s) = &node.op {
+            // Delivered records and given-up ones are counted by the
+            // writer thread, on worker 0's counters of the sink.
+            let (tx, rx) = flume::bounded(plan.node.channel_capacity);
+            let spawn = match s.protocol {
+                NetProtocol::Http => io::spawn_http_sink,
+                NetProtocol::Tcp => io::spawn_tcp_sink,
+                NetProtocol::Udp => io::spawn_udp_sink,
+            };
+            let handle = spawn(
+                &node.id,
+                s.clone(),
+                rx,
+                metrics[i][0].clone(),
+                shared.ingest.clone(),
+            )
+            .map_err(|e| format!("sinks.{}: cannot start: {e}", node.id))?;
+            shutdowns.push(tx.clone());
+            writers.insert(i, tx);
+            helpers.push(handle);
+            continue;
+        }
         let (target, format, exact) = match &node.op {
             OpSpec::Stdout { format } => (Target::Stdout, *format, false),
             OpSpec::FileSink {
@@ -271,6 +300,53 @@ pub(crate) fn start_with(
             Some(super::remote::RemoteExchange::start(c, &shared, edges)?)
         }
     };
+    // Network sources listen before any worker starts, so a taken port
+    // fails the start; they are read by one worker each, like line sources.
+    let mut net_tasks: HashMap<(usize, usize), Box<dyn SourceTask>> = HashMap::new();
+    let mut http_sources = Vec::new();
+    let mut net_readers = Vec::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let OpSpec::NetSource(p) = &node.op else {
+            continue;
+        };
+        let owner = (hash_bytes(node.id.as_bytes()) % workers as u64) as usize;
+        let s = &p.settings;
+        let listen_error = |e: std::io::Error| {
+            format!(
+                "sources.{}: cannot listen on {}://{}: {e}",
+                node.id,
+                s.protocol.name(),
+                s.address
+            )
+        };
+        match s.protocol {
+            NetProtocol::Http => {
+                let (task, source, handle) = io::start_http_source(HttpSourceArgs {
+                    component: node.id.clone(),
+                    plan: p.clone(),
+                    batch_size: plan.node.batch_size,
+                    dead_letter: shared.dead_letter.clone(),
+                    metrics: metrics[i][owner].clone(),
+                    control: shared.ingest.clone(),
+                })
+                .map_err(listen_error)?;
+                net_tasks.insert((i, owner), shared.ingest.task(Box::new(task)));
+                http_sources.push((owner, source));
+                helpers.push(handle);
+            }
+            NetProtocol::Tcp | NetProtocol::Udp => {
+                let socket = match s.protocol {
+                    NetProtocol::Tcp => {
+                        NetSocket::Tcp(io::bind_tcp_source(p).map_err(listen_error)?)
+                    }
+                    _ => NetSocket::Udp(io::bind_udp_source(p).map_err(listen_error)?),
+                };
+                let (tx, source) = io::line_channel(plan.node.channel_capacity, false, None);
+                net_tasks.insert((i, owner), shared.ingest.task(Box::new(source.draining())));
+                net_readers.push((i, owner, socket, tx));
+            }
+        }
+    }
 
     let mut handles = Vec::new();
     let mut receivers: Vec<Vec<Option<flume::Receiver<_>>>> = channels
@@ -353,6 +429,12 @@ pub(crate) fn start_with(
                         positions(&node.id).as_deref(),
                     )),
                     Some(g.max_out_of_orderness_ms),
+                )),
+                OpSpec::NetSource(p) => Some((
+                    net_tasks
+                        .remove(&(i, w))
+                        .unwrap_or_else(|| Box::new(EmptySource)),
+                    p.lines.event_time.map(|_| p.lines.max_out_of_orderness_ms),
                 )),
                 OpSpec::FileSource(p) | OpSpec::Stdin(p) => {
                     let task: Box<dyn SourceTask> = match line_sources.remove(&(i, w)) {
@@ -466,10 +548,47 @@ pub(crate) fn start_with(
             metrics: metrics[i][owner].clone(),
             stop: shared.stop.clone(),
             fail: fail.clone(),
+            max_line_bytes: None,
         };
         helpers.push(
             io::spawn_line_reader(args).map_err(|e| format!("cannot start reader thread: {e}"))?,
         );
+    }
+
+    for (owner, source) in &http_sources {
+        source.set_worker(handles[*owner].thread().clone());
+    }
+    for (i, owner, socket, tx) in net_readers {
+        let node = &plan.nodes[i];
+        let OpSpec::NetSource(p) = &node.op else {
+            unreachable!()
+        };
+        let worker = handles[owner].thread().clone();
+        let started = match socket {
+            NetSocket::Tcp(listener) => io::spawn_tcp_source(TcpSourceArgs {
+                component: node.id.clone(),
+                plan: p.clone(),
+                listener,
+                batch_size: plan.node.batch_size,
+                tx,
+                worker,
+                dead_letter: shared.dead_letter.clone(),
+                metrics: metrics[i][owner].clone(),
+                control: shared.ingest.clone(),
+            }),
+            NetSocket::Udp(socket) => io::spawn_udp_source(UdpSourceArgs {
+                component: node.id.clone(),
+                plan: p.clone(),
+                socket,
+                batch_size: plan.node.batch_size,
+                tx,
+                worker,
+                dead_letter: shared.dead_letter.clone(),
+                metrics: metrics[i][owner].clone(),
+                control: shared.ingest.clone(),
+            }),
+        };
+        helpers.push(started.map_err(|e| format!("cannot start reader thread: {e}"))?);
     }
 
     let committer_quit = Arc::new(AtomicBool::new(false));
@@ -484,6 +603,7 @@ pub(crate) fn start_with(
         ),
         _ => None,
     };
+    stop_on_error.0 = None;
     Ok(Running {
         reporter: super::Reporter {
             plan,
@@ -650,12 +770,21 @@ fn instantiate(
     };
     let out_schema = || node.outputs[0].schema.clone();
     Some(match &node.op {
-        OpSpec::Generator(_) | OpSpec::FileSource(_) | OpSpec::Stdin(_) | OpSpec::MqttSource(_) => {
+        OpSpec::Generator(_)
+        | OpSpec::FileSource(_)
+        | OpSpec::Stdin(_)
+        | OpSpec::MqttSource(_)
+        | OpSpec::NetSource(_) => {
             return None;
         }
         OpSpec::MqttSink(p) => Box::new(io::MqttSink::new(
             p.clone(),
             mqtt_sinks[&i].clone(),
+            latency[i].clone().expect("sinks have latency"),
+        )),
+        OpSpec::NetSink(_) => Box::new(WriterSink::new(
+            Format::Json,
+            writers[&i].clone(),
             latency[i].clone().expect("sinks have latency"),
         )),
         OpSpec::Filter(c) => Box::new(ops::Filter::new(c.clone())),
@@ -693,6 +822,23 @@ fn instantiate(
             taps.get(&node.id).cloned(),
         )),
     })
+}
+
+/// Sets the stop flag when dropped while armed.
+struct StopOnError(Option<Arc<AtomicBool>>);
+
+impl Drop for StopOnError {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.0 {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// The bound socket of a `tcp` or `udp` source, until its thread starts.
+enum NetSocket {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
 }
 
 /// A line source on a worker that does not read it.

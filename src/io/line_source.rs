@@ -32,11 +32,23 @@ pub(crate) struct LineSource {
     rx: flume::Receiver<(Batch, FilePosition)>,
     /// After the last batch taken; `None` for stdin, which cannot replay.
     position: Option<FilePosition>,
+    /// Whether a stop still hands over what the readers sent (network
+    /// sources, whose records cannot be read again): the source then ends
+    /// when every reader has ended.
+    drain: bool,
+}
+
+impl LineSource {
+    /// Hands over everything the readers sent, also after a stop.
+    pub(crate) fn draining(mut self) -> LineSource {
+        self.drain = true;
+        self
+    }
 }
 
 impl SourceTask for LineSource {
     fn poll(&mut self, stop: bool) -> SourcePoll {
-        if stop {
+        if stop && !self.drain {
             return SourcePoll::Ended;
         }
         match self.rx.try_recv() {
@@ -72,6 +84,7 @@ pub(crate) fn line_channel(
         LineSource {
             rx,
             position: replayable.then(|| resume.unwrap_or_default()),
+            drain: false,
         },
     )
 }
@@ -96,6 +109,9 @@ pub(crate) struct LineReaderArgs {
     pub(crate) stop: Arc<AtomicBool>,
     /// Called with a message when the input cannot be read at all.
     pub(crate) fail: Arc<dyn Fn(String) + Send + Sync>,
+    /// A longer line goes to the dead-letter output, truncated, instead of
+    /// being held (network input: a peer that never sends a newline).
+    pub(crate) max_line_bytes: Option<usize>,
 }
 
 /// Opens the input of a line source: the file at `resume`, or stdin.
@@ -145,6 +161,8 @@ struct LineReader {
     line: u64,
     /// Byte offset of the start of the next line.
     offset: u64,
+    /// Discarding the rest of a line over `max_line_bytes`.
+    skipping: bool,
 }
 
 const READ_CHUNK: usize = 64 * 1024;
@@ -172,6 +190,7 @@ impl LineReader {
             pending: Vec::new(),
             line: at.line,
             offset: at.offset,
+            skipping: false,
         }
     }
 
@@ -256,7 +275,10 @@ impl LineReader {
     fn split_lines(&mut self, mut chunk: &[u8]) -> bool {
         while let Some(nl) = memchr::memchr(b'\n', chunk) {
             let line_bytes = &chunk[..nl];
-            if self.pending.is_empty() {
+            if self.skipping {
+                self.skipping = false;
+                self.offset += line_bytes.len() as u64;
+            } else if self.pending.is_empty() {
                 self.line_done(line_bytes);
             } else {
                 let mut whole = std::mem::take(&mut self.pending);
@@ -269,7 +291,20 @@ impl LineReader {
                 return false;
             }
         }
-        self.pending.extend_from_slice(chunk);
+        if self.skipping {
+            self.offset += chunk.len() as u64;
+        } else {
+            self.pending.extend_from_slice(chunk);
+            if self
+                .args
+                .max_line_bytes
+                .is_some_and(|max| self.pending.len() > max)
+            {
+                let long = std::mem::take(&mut self.pending);
+                self.line_done(&long);
+                self.skipping = true;
+            }
+        }
         true
     }
 
@@ -279,6 +314,23 @@ impl LineReader {
         self.offset += raw.len() as u64;
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        if let Some(max) = self.args.max_line_bytes
+            && line.len() > max
+        {
+            OpMetrics::add(&self.args.metrics.errors, 1);
+            let reason = format!(
+                "the line is longer than {max} bytes (max_line_bytes); its first 1024 bytes are kept here"
+            );
+            self.args.dead_letter.record_line(
+                &self.args.component,
+                self.args.plan.path.as_deref(),
+                self.line,
+                start,
+                &reason,
+                &line[..line.len().min(1024)],
+            );
             return;
         }
         if self.decoder.needs_header() {

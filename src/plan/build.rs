@@ -194,6 +194,15 @@ impl NodeBuilder<'_> {
                 let out = vec![(id, plan.schema.clone(), plan.event_time.is_some())];
                 Some((OpSpec::Stdin(plan), out, forward))
             }
+            Spec::NetSource(s) => {
+                let lines = line_source(None, false, s.format, &s.schema, &s.event_time);
+                let out = vec![(id, lines.schema.clone(), lines.event_time.is_some())];
+                let plan = NetSourcePlan {
+                    lines,
+                    settings: s.settings.clone(),
+                };
+                Some((OpSpec::NetSource(Arc::new(plan)), out, forward))
+            }
             Spec::Filter { condition } => {
                 let (schema, timed) = self.union_input()?;
                 let compiled = self.compile(condition, "condition", &schema)?;
@@ -270,6 +279,7 @@ impl NodeBuilder<'_> {
             Spec::MqttSink(m) => self
                 .mqtt_sink(m, &id)
                 .map(|plan| (OpSpec::MqttSink(Arc::new(plan)), Vec::new(), forward)),
+            Spec::NetSink(s) => Some((OpSpec::NetSink(Arc::new(s.clone())), Vec::new(), forward)),
             Spec::Invalid => None,
         }
     }

@@ -9,7 +9,7 @@ mod signature;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::{JoinMode, NodeConfig, WindowKind};
+use crate::config::{JoinMode, NetSinkSettings, NetSourceSettings, NodeConfig, WindowKind};
 use crate::data::{KeySpec, SchemaRef};
 use crate::io::codec::Format;
 use crate::io::generator::GeneratorSpec;
@@ -66,6 +66,8 @@ pub(crate) enum OpSpec {
     FileSource(LineSourcePlan),
     Stdin(LineSourcePlan),
     MqttSource(Arc<crate::io::MqttSourcePlan>),
+    /// `http`, `tcp` and `udp` sources: lines from the network.
+    NetSource(Arc<NetSourcePlan>),
     Filter(Arc<Compiled>),
     Map(Arc<Vec<MapColumn>>),
     /// `select` and `drop`: the input columns kept, in output order.
@@ -83,6 +85,15 @@ pub(crate) enum OpSpec {
     },
     Blackhole,
     MqttSink(Arc<crate::io::MqttSinkPlan>),
+    /// `http`, `tcp` and `udp` sinks: JSON lines to a peer.
+    NetSink(Arc<NetSinkSettings>),
+}
+
+/// A network source: how its lines are decoded, and where they come from.
+pub(crate) struct NetSourcePlan {
+    /// `path` is `None`; each connection or request names its peer.
+    pub(crate) lines: LineSourcePlan,
+    pub(crate) settings: NetSourceSettings,
 }
 
 pub(crate) struct GeneratorPlan {

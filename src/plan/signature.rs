@@ -58,7 +58,11 @@ pub(crate) fn state_signature(plan: &Plan, n: usize) -> u64 {
         | OpSpec::Project(_)
         | OpSpec::Stdout { .. }
         | OpSpec::MqttSink(_)
-        | OpSpec::Blackhole => Ok(()),
+        | OpSpec::Blackhole
+        // Network sources keep no position (they cannot replay); network
+        // sinks keep nothing.
+        | OpSpec::NetSource(_)
+        | OpSpec::NetSink(_) => Ok(()),
     };
     hash_bytes(s.as_bytes())
 }
