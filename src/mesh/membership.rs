@@ -184,25 +184,30 @@ pub struct Membership {
     pub(crate) errors: Vec<String>,
 }
 
+/// foca's settings for `config`.
+fn foca_config(config: &MembershipConfig) -> foca::Config {
+    let size = NonZeroU32::new(config.cluster_size_hint.max(1)).unwrap_or(NonZeroU32::MIN);
+    let mut fc = foca::Config::new_lan(size);
+    fc.probe_period = config.probe_period;
+    // Direct probe answer deadline: half a period, as new_lan does.
+    fc.probe_rtt = config.probe_period / 2;
+    fc.suspect_to_down_after = config.suspect_timeout;
+    fc.max_packet_size = NonZeroUsize::new(config.max_packet_bytes).unwrap_or(NonZeroUsize::MIN);
+    fc.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+        frequency: config.rejoin_interval,
+        num_members: NonZeroUsize::new(2).unwrap_or(NonZeroUsize::MIN),
+    });
+    // A rejoining node is a new identity at the same address: forget the
+    // old one within minutes rather than foca's default day.
+    fc.remove_down_after = Some(Duration::from_secs(600));
+    fc
+}
+
 impl Membership {
     /// A machine for `id`. `seed` drives foca's random choices (member to
     /// probe, gossip targets), so a run replays from it.
     pub fn new(id: MemberId, config: MembershipConfig, seed: u64, now: Instant) -> Membership {
-        let size = NonZeroU32::new(config.cluster_size_hint.max(1)).unwrap_or(NonZeroU32::MIN);
-        let mut fc = foca::Config::new_lan(size);
-        fc.probe_period = config.probe_period;
-        // Direct probe answer deadline: half a period, as new_lan does.
-        fc.probe_rtt = config.probe_period / 2;
-        fc.suspect_to_down_after = config.suspect_timeout;
-        fc.max_packet_size =
-            NonZeroUsize::new(config.max_packet_bytes).unwrap_or(NonZeroUsize::MIN);
-        fc.periodic_announce_to_down_members = Some(foca::PeriodicParams {
-            frequency: config.rejoin_interval,
-            num_members: NonZeroUsize::new(2).unwrap_or(NonZeroUsize::MIN),
-        });
-        // A rejoining node is a new identity at the same address: forget the
-        // old one within minutes rather than foca's default day.
-        fc.remove_down_after = Some(Duration::from_secs(600));
+        let fc = foca_config(&config);
         let payloads = Arc::new(Mutex::new(PayloadStore::default()));
         let handler = PayloadHandler {
             store: payloads.clone(),
@@ -353,6 +358,20 @@ impl Membership {
     /// Leaves the cluster gracefully: members mark us down at once.
     pub fn leave(&mut self, now: Instant) {
         self.left = true;
+        // foca tells `num_indirect_probes` random members that it leaves;
+        // tell every one, so none waits for the news to be gossiped on (or
+        // suspects this node for `suspect_timeout` first).
+        let mut fc = foca_config(&self.config);
+        fc.num_indirect_probes =
+            NonZeroUsize::new(self.foca.iter_members().count()).unwrap_or(fc.num_indirect_probes);
+        // ...and an update rides on `max_transmissions` messages only.
+        fc.max_transmissions = u8::try_from(fc.num_indirect_probes.get())
+            .ok()
+            .and_then(std::num::NonZeroU8::new)
+            .map_or(fc.max_transmissions, |n| n.max(fc.max_transmissions));
+        if let Err(e) = self.foca.set_config(fc) {
+            tracing::debug!("leaving: {e}");
+        }
         if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
             tracing::debug!("leaving: {e}");
         }

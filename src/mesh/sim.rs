@@ -402,3 +402,35 @@ fn same_seed_same_run() {
     };
     assert_eq!(trace(42), trace(42));
 }
+
+#[test]
+fn a_node_that_leaves_tells_every_member_at_once() {
+    // Seven nodes: more members than foca's gossip fan-out, on a network
+    // that neither loses nor duplicates, with 1 ms delay.
+    let mut opts = Options::from_seed(7);
+    opts.nodes = 7;
+    opts.drop_per_mille = 0;
+    opts.duplicate_per_mille = 0;
+    opts.delay_min_ms = 1;
+    opts.delay_max_ms = 2;
+    let mut sim = Sim::new(opts);
+    sim.run_until(Duration::from_secs(60), Sim::all_alive)
+        .expect("seven nodes converge");
+    let now = sim.now;
+    sim.nodes[0].as_mut().unwrap().leave(now);
+
+    sim.flush();
+    sim.nodes[0] = None;
+    // Well under one probe period (1 s): only the leave message itself
+    // can have told them; gossip riding on probes would need periods.
+    let others: Vec<usize> = (1..7).collect();
+    let took = sim.run_until(Duration::from_millis(50), |s| s.all_see_down(&others, 0));
+    assert!(
+        took.is_some(),
+        "not every member heard the leave directly: {:?}",
+        others
+            .iter()
+            .map(|&i| sim.state_seen(i, 0).map(|s| s.0))
+            .collect::<Vec<_>>()
+    );
+}
