@@ -9,6 +9,8 @@ pub mod kernel;
 #[cfg(feature = "std")]
 pub(crate) mod config;
 #[cfg(feature = "std")]
+pub(crate) mod control;
+#[cfg(feature = "std")]
 pub mod daemon;
 #[cfg(feature = "std")]
 pub(crate) mod data;
