@@ -48,13 +48,18 @@ pub(crate) struct Placement {
     pub(crate) overloaded: Vec<NodeId>,
 }
 
-/// Nodes already working look this much faster when ordering, so that noise
-/// between equal nodes does not move work around.
+/// Nodes using all their cores look this much faster when ordering, so
+/// that noise between equal nodes does not move work around.
 const STICKY: f64 = 0.8;
 
 fn order(nodes: &[NodeCapacity]) -> Vec<NodeCapacity> {
     let mut v = nodes.to_vec();
-    let key = |n: &NodeCapacity| n.demand * if n.current_workers > 0 { STICKY } else { 1.0 };
+    // The more of its cores a node already uses, the stickier: a
+    // scale-down keeps the busiest nodes and empties the least busy.
+    let key = |n: &NodeCapacity| {
+        let used = f64::from(n.current_workers.min(n.cores)) / f64::from(n.cores.max(1));
+        n.demand * (1.0 - (1.0 - STICKY) * used)
+    };
     v.sort_by(|a, b| key(a).total_cmp(&key(b)).then(a.node.cmp(&b.node)));
     v
 }

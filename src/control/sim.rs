@@ -598,6 +598,7 @@ mod tests {
             }
         }
         assert!(runs > 0);
+        eprintln!("{phases_in_one} of {phases} phases converged in at most one decision");
         // Most: scale-downs bounded by the maximum factor take two.
         assert!(
             phases_in_one * 2 > phases,
