@@ -20,6 +20,37 @@ fn version_is_printed() {
 }
 
 #[test]
+fn bench_scaling_prints_both_policies_for_every_scenario_as_json() {
+    let out = eddy()
+        .args(["bench", "scaling", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["scenarios"].as_array().unwrap();
+    assert_eq!(rows.len(), 14, "7 scenarios × 2 policies: {doc}");
+    for r in rows {
+        assert!(
+            matches!(r["policy"].as_str(), Some("ds2" | "threshold")),
+            "{r}"
+        );
+        assert!(r["scenario"].is_string(), "{r}");
+        for k in ["oscillations", "over_provisioned_s", "under_provisioned_s"] {
+            assert!(r[k].is_u64(), "{k} in {r}");
+        }
+        if r["policy"] == "ds2" {
+            let d = r["decisions_to_converge"].as_u64().unwrap();
+            assert!((1..=3).contains(&d), "{r}");
+            assert_eq!(r["oscillations"], 0, "{r}");
+        }
+    }
+}
+
+#[test]
 fn quickstart_prints_windows_and_ends_by_itself() {
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/quickstart.toml");
     let start = Instant::now();

@@ -7,6 +7,10 @@ use super::cli::Workload;
 
 pub(crate) fn bench(workload: Workload) -> ExitCode {
     match workload {
+        Workload::Scaling { seed, json, log } => {
+            scaling(seed, json, log);
+            ExitCode::SUCCESS
+        }
         Workload::Wcount {
             events,
             workers,
@@ -56,6 +60,51 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
                     eprintln!("eddy bench wcount: {e}");
                     ExitCode::FAILURE
                 }
+            }
+        }
+    }
+}
+
+/// `eddy bench scaling`: the simulator's table.
+fn scaling(seed: u64, json: bool, log: bool) {
+    let rows = crate::control::sim::table(seed);
+    if json {
+        let scenarios: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "scenario": o.scenario,
+                    "policy": o.policy.name(),
+                    "decisions_to_converge": o.decisions_to_converge,
+                    "oscillations": o.oscillations,
+                    "over_provisioned_s": o.over_provisioned_s,
+                    "under_provisioned_s": o.under_provisioned_s,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "scenarios": scenarios }));
+    } else {
+        println!(
+            "| scenario | policy | decisions to converge | oscillations | over-provisioned s | under-provisioned s |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for o in &rows {
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                o.scenario,
+                o.policy.name(),
+                o.decisions_to_converge
+                    .map_or_else(|| "never".to_string(), |d| d.to_string()),
+                o.oscillations,
+                o.over_provisioned_s,
+                o.under_provisioned_s
+            );
+        }
+    }
+    if log {
+        for o in &rows {
+            for line in &o.log {
+                eprintln!("{}: {line}", o.scenario);
             }
         }
     }

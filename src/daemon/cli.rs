@@ -168,4 +168,19 @@ pub(crate) enum Workload {
         #[arg(long)]
         json: bool,
     },
+    /// Scaling decisions in the seeded simulator: DS2 against a CPU
+    /// threshold (70 %, HPA-like) over the same scenarios (pure
+    /// computation, no pipeline runs).
+    Scaling {
+        /// The simulator's seed (noise); the same seed prints the same table.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print `{"scenarios": [{"scenario", "policy", "decisions_to_converge",
+        /// "oscillations", "over_provisioned_s", "under_provisioned_s"}]}`.
+        #[arg(long)]
+        json: bool,
+        /// Also print every reconfiguration with its reason.
+        #[arg(long)]
+        log: bool,
+    },
 }
