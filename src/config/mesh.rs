@@ -3,7 +3,6 @@
 //! and field. What the fields mean lives with the types they fill
 //! ([`MeshConfig`], [`ApiConfig`]).
 
-use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,6 +14,8 @@ use super::model::ApiConfig;
 use super::table::{TableReader, describe};
 use crate::mesh::config::MeshConfig;
 
+/// Addresses the errors of `[mesh]` and `[api]` show as examples.
+const MESH_EXAMPLE: &str = r#""0.0.0.0:7400" or "[::1]:7400""#;
 const MESH_FIELDS: &str = "[mesh]";
 
 /// Reads `[mesh]`. `file` is the pipeline file's name: relative certificate
@@ -62,11 +63,11 @@ pub(crate) fn read_mesh(
         cert.clone().unwrap_or_default(),
         key.clone().unwrap_or_default(),
     );
-    if let Some(a) = socket_addr(d, &mut t, "listen") {
+    if let Some(a) = t.socket_addr(d, "listen", MESH_EXAMPLE) {
         spans.push(("listen", a.span.clone()));
         mesh.listen = a.value;
     }
-    if let Some(a) = socket_addr(d, &mut t, "advertise") {
+    if let Some(a) = t.socket_addr(d, "advertise", MESH_EXAMPLE) {
         spans.push(("advertise", a.span.clone()));
         if a.value.ip().is_unspecified() || a.value.port() == 0 {
             d.error(
@@ -201,30 +202,6 @@ fn discovery(
     Some(Sp::new(kinds, v.span()))
 }
 
-/// A `host:port` socket address with a numeric IP (`"0.0.0.0:7400"`,
-/// `"[::1]:7400"`).
-fn socket_addr(
-    d: &mut Diagnostics,
-    t: &mut TableReader<'_, '_>,
-    key: &'static str,
-) -> Option<Sp<SocketAddr>> {
-    let s = t.string(d, key)?;
-    match s.value.parse::<SocketAddr>() {
-        Ok(a) => Some(Sp::new(a, s.span)),
-        Err(_) => {
-            d.error(
-                s.span,
-                &t.ctx(key),
-                format!(
-                    "`{}` is not an IP address with a port, such as \"0.0.0.0:7400\" or \"[::1]:7400\"",
-                    s.value
-                ),
-            );
-            None
-        }
-    }
-}
-
 /// Reads `[api]`. A non-loopback address is allowed but warned about: the
 /// API has no authentication.
 pub(crate) fn read_api(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> ApiConfig {
@@ -232,7 +209,7 @@ pub(crate) fn read_api(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> ApiCo
     if let Some(b) = t.boolean(d, "enabled") {
         api.enabled = b.value;
     }
-    if let Some(a) = socket_addr(d, &mut t, "address") {
+    if let Some(a) = t.socket_addr(d, "address", MESH_EXAMPLE) {
         api.address = a.value;
         api.explicit = true;
         if api.enabled && !a.value.ip().is_loopback() {

@@ -211,7 +211,7 @@ pub(crate) fn read_net_source(
         "address",
         ": the address and port to listen on, such as \"127.0.0.1:8080\"",
     ) {
-        socket_addr(d, t, "address")
+        t.socket_addr(d, "address", r#""127.0.0.1:8080" or "[::]:8080""#)
     } else {
         None
     };
@@ -425,28 +425,6 @@ pub(crate) fn read_net_sink(
 fn sized(d: &mut Diagnostics, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Sp<u64>> {
     let span = t.raw(key).map(|v| v.span())?;
     t.size_bytes(d, key).map(|v| Sp::new(v, span))
-}
-
-fn socket_addr(
-    d: &mut Diagnostics,
-    t: &mut TableReader<'_, '_>,
-    key: &'static str,
-) -> Option<Sp<SocketAddr>> {
-    let s = t.string(d, key)?;
-    match s.value.parse::<SocketAddr>() {
-        Ok(a) => Some(Sp::new(a, s.span)),
-        Err(_) => {
-            d.error(
-                s.span,
-                &t.ctx(key),
-                format!(
-                    "`{}` is not an IP address with a port, such as \"127.0.0.1:8080\" or \"[::]:8080\"",
-                    s.value
-                ),
-            );
-            None
-        }
-    }
 }
 
 #[cfg(test)]

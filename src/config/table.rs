@@ -190,6 +190,31 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// A `host:port` socket address with a numeric IP; the error shows
+    /// `examples` (such as `"0.0.0.0:7400" or "[::1]:7400"`).
+    pub(crate) fn socket_addr(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+        examples: &str,
+    ) -> Option<Sp<std::net::SocketAddr>> {
+        let s = self.string(d, key)?;
+        match s.value.parse() {
+            Ok(a) => Some(Sp::new(a, s.span)),
+            Err(_) => {
+                d.error(
+                    s.span,
+                    &self.ctx(key),
+                    format!(
+                        "`{}` is not an IP address with a port, such as {examples}",
+                        s.value
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     /// A size in bytes: an integer, or a string such as `"64MiB"`, `"1GB"`.
     pub(crate) fn size_bytes(&mut self, d: &mut Diagnostics, key: &'static str) -> Option<u64> {
         let v = self.raw(key)?;
