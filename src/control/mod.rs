@@ -12,12 +12,14 @@
 //! [`controller::Decision`]. Wiring the view to gossip and executing the
 //! decision through live migration belong to the drivers.
 
+pub(crate) mod announcer;
 pub(crate) mod assignment;
 pub(crate) mod controller;
 pub(crate) mod ds2;
 pub(crate) mod placement;
 pub(crate) mod sim;
 pub(crate) mod threshold;
+pub(crate) mod view;
 
 use std::collections::BTreeMap;
 

@@ -7,6 +7,12 @@ use super::cli::Workload;
 
 pub(crate) fn bench(workload: Workload) -> ExitCode {
     match workload {
+        Workload::Instrumentation {
+            events,
+            workers,
+            runs,
+            json,
+        } => super::instrumentation::bench(events, workers, runs, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

@@ -69,6 +69,20 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A live view of the cluster (read from a node's local API): per node
+    /// and operator the rates, useful-time and backpressure shares,
+    /// workers and bins, and the last scaling decision and why.
+    Top {
+        /// The node's local API (`[api] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7401")]
+        api: String,
+        /// Print one frame and exit (no escape codes), for scripts.
+        #[arg(long)]
+        once: bool,
+        /// Time between two frames.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,6 +179,24 @@ pub(crate) enum Workload {
         #[arg(long, default_value_t = 1)]
         workers: usize,
         /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cost of the intrinsic counters: `wcount` with them off and on,
+    /// alternating in one process; prints both medians and the cost.
+    Instrumentation {
+        /// Events per run.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Worker threads.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Runs of each (off and on alternate).
+        #[arg(long, default_value_t = 5)]
+        runs: u32,
+        /// Print `{"workload", "events", "workers", "runs",
+        /// "on_events_per_s", "off_events_per_s", "cost_percent", "on",
+        /// "off"}`.
         #[arg(long)]
         json: bool,
     },

@@ -20,11 +20,13 @@ use crate::plan::Plan;
 const POLL: Duration = Duration::from_millis(100);
 
 /// What a node of a distributed run tells the others in its gossip payload.
+/// Once its pipeline runs, a node publishes a `control::view::NodeSummary`
+/// instead, which starts with these fields (a test there checks it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct RunInfo {
-    workers: u16,
+pub(crate) struct RunInfo {
+    pub(crate) workers: u16,
     /// [`fingerprint`] of its pipeline.
-    pipeline: u64,
+    pub(crate) pipeline: u64,
 }
 
 /// A hash of what must be equal on every node of a distributed run: the

@@ -5,9 +5,11 @@ pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
-mod distribute;
+pub(crate) mod distribute;
+mod gossip;
 /// Also serves the `http` source (`io::http_source`).
 pub(crate) mod http;
+mod instrumentation;
 mod load;
 mod notify;
 mod peers;
@@ -18,6 +20,7 @@ mod services;
 mod state;
 mod stats;
 mod status;
+mod top;
 
 use std::process::ExitCode;
 
@@ -34,6 +37,11 @@ pub fn main() -> ExitCode {
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
         cli::Command::Peers { api, json } => peers::peers(&api, json),
+        cli::Command::Top {
+            api,
+            once,
+            interval,
+        } => top::top(&api, once, interval),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,

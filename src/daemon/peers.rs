@@ -53,7 +53,7 @@ pub(crate) fn fetch_status(api: &str) -> Result<Status, String> {
 }
 
 /// A plain HTTP/1.1 GET with timeouts; returns the status code and body.
-fn get(addrs: &[SocketAddr], path: &str) -> Result<(u16, Vec<u8>), String> {
+pub(crate) fn get(addrs: &[SocketAddr], path: &str) -> Result<(u16, Vec<u8>), String> {
     let mut last = String::new();
     let mut stream = None;
     for a in addrs {

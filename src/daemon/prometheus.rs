@@ -29,6 +29,8 @@ pub(crate) struct MetricsSource {
     /// The running pipeline's; replaced on a reload.
     reporter: Mutex<Option<Reporter>>,
     window: Mutex<Window>,
+    /// The gossiped cluster view, rendered after this node's own series.
+    cluster: std::sync::OnceLock<Arc<super::gossip::ClusterSource>>,
 }
 
 /// The counters at the start of the current per-second window, and the
@@ -52,7 +54,13 @@ impl MetricsSource {
             host,
             reporter: Mutex::new(None),
             window: Mutex::new(Window::default()),
+            cluster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Adds the cluster view's series (labelled by `node`) to `/metrics`.
+    pub(crate) fn set_cluster(&self, cluster: Arc<super::gossip::ClusterSource>) {
+        let _ = self.cluster.set(cluster);
     }
 
     /// Reads `reporter` from now on; `None` between two pipelines of a
@@ -69,7 +77,11 @@ impl MetricsSource {
             .clone()?;
         let report = reporter.report();
         let per_second = self.per_second(&report, now);
-        Some(render(&report, &self.host, &per_second))
+        let mut text = render(&report, &self.host, &per_second);
+        if let Some(c) = self.cluster.get() {
+            text.push_str(&c.render_prometheus());
+        }
+        Some(text)
     }
 
     fn per_second(&self, report: &Report, now: Instant) -> Vec<PerSecond> {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::gossip::{self, ClusterSource};
 use super::http::Response;
 use super::http::{HttpServer, Limits, Router};
 use super::notify::Notifier;
@@ -67,6 +68,9 @@ pub(crate) struct Services {
     /// systemd's notify socket, when run as a `Type=notify` unit.
     notify: Option<Arc<Notifier>>,
     watchdog: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// The controller's gossip and planner (`gossip.rs`), and its thread.
+    cluster: Arc<ClusterSource>,
+    gossip: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 impl Services {
@@ -109,7 +113,9 @@ impl Services {
             Some(m) => m.identity().name.clone(),
             None => node.name.clone(),
         };
+        let cluster = Arc::new(ClusterSource::new(name.clone(), mesh.clone()));
         let metrics = Arc::new(MetricsSource::new(name.clone()));
+        metrics.set_cluster(cluster.clone());
         let source = Arc::new(StatusSource {
             node: name,
             pipeline: pipeline.display().to_string(),
@@ -124,7 +130,14 @@ impl Services {
             metrics: metrics.clone(),
             notify: Notifier::from_env().map(Arc::new),
             watchdog: None,
+            cluster: cluster.clone(),
+            gossip: None,
         };
+        let stop = Arc::new(AtomicBool::new(false));
+        match gossip::spawn(cluster.clone(), stop.clone()) {
+            Ok(h) => services.gossip = Some((stop, h)),
+            Err(e) => tracing::warn!("no cluster view: cannot start its thread: {e}"),
+        }
         if let Some(n) = &services.notify {
             let stop = Arc::new(AtomicBool::new(false));
             services.watchdog = n.start_watchdog(stop.clone()).map(|h| (stop, h));
@@ -134,6 +147,7 @@ impl Services {
                 prometheus::routes(routes(Router::new(), source), metrics),
                 reload,
             );
+            let router = gossip::routes(router, cluster);
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
@@ -182,6 +196,7 @@ impl Services {
     /// The pipeline has started: `/metrics` reads its counters, and
     /// systemd hears that the service is ready.
     pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {
+        self.cluster.attach(Some(reporter.clone()));
         self.metrics.attach(Some(reporter));
         if let Some(n) = &self.notify {
             n.send(&format!("READY=1\nSTATUS=running: {described}"));
@@ -192,6 +207,7 @@ impl Services {
     /// it, so its state closes before the new one opens it.
     pub(crate) fn detach(&self) {
         self.metrics.attach(None);
+        self.cluster.attach(None);
         if let Some(n) = &self.notify {
             n.send("RELOADING=1\nSTATUS=reloading");
         }
@@ -210,6 +226,10 @@ impl Services {
     /// API, closes the endpoint.
     pub(crate) async fn shutdown(mut self) {
         self.set_stopping();
+        if let Some((stop, h)) = self.gossip.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
         if let Some(mesh) = self.mesh.take() {
             mesh.leave().await;
             smol::Timer::after(LEAVE_FLUSH).await;

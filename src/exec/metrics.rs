@@ -5,11 +5,28 @@
 //! on its own.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use hdrhistogram::Histogram;
 
 use crate::kernel::counters::Counters;
+
+/// Whether workers measure useful time and count records (on by default).
+/// Off only to measure what the instrumentation costs (`eddy bench
+/// instrumentation`): rates, `/metrics` and the controller then see zeros.
+static INSTRUMENTED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the intrinsic counters on or off for every run of this process
+/// from now on.
+pub(crate) fn set_instrumented(on: bool) {
+    INSTRUMENTED.store(on, Relaxed);
+}
+
+/// Read once per operator call: one relaxed load of a cached line.
+#[inline]
+pub(crate) fn instrumented() -> bool {
+    INSTRUMENTED.load(Relaxed)
+}
 
 /// The counters of one operator instance (one component on one worker).
 #[derive(Default, Debug)]

@@ -165,6 +165,32 @@ pub(crate) struct Report {
 }
 
 impl Reporter {
+    /// The plan this run executes.
+    pub(crate) fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    /// The counters of every instance, `[component][local worker]` (the
+    /// controller's gossip reads per-instance rates from them).
+    pub(crate) fn instances(&self) -> Vec<Vec<Counters>> {
+        self.metrics
+            .iter()
+            .map(|ws| ws.iter().map(|m| m.counters()).collect())
+            .collect()
+    }
+
+    /// Workers on this node and the bins they own.
+    pub(crate) fn workers_and_bins(&self) -> (usize, u32) {
+        let s = &self.shared;
+        let mine = s.first_worker..s.first_worker + s.workers;
+        let bins = s
+            .assignment
+            .iter()
+            .filter(|&&w| mine.contains(&usize::from(w)))
+            .count();
+        (s.workers, bins as u32)
+    }
+
     pub(crate) fn report(&self) -> Report {
         let components = self
             .plan

@@ -157,12 +157,14 @@ impl Worker {
                 if self.nodes[node].ended {
                     continue;
                 }
-                let start = Instant::now();
+                let start = super::metrics::instrumented().then(Instant::now);
                 let polled = self.sources[s].task.poll(stop);
-                OpMetrics::add(
-                    &self.nodes[node].metrics.useful_ns,
-                    start.elapsed().as_nanos() as u64,
-                );
+                if let Some(start) = start {
+                    OpMetrics::add(
+                        &self.nodes[node].metrics.useful_ns,
+                        start.elapsed().as_nanos() as u64,
+                    );
+                }
                 match polled {
                     SourcePoll::Batch(batch) => {
                         progressed = true;
@@ -196,7 +198,9 @@ impl Worker {
 
     fn source_batch(&mut self, s: usize, batch: Batch) {
         let node = self.sources[s].node;
-        OpMetrics::add(&self.nodes[node].metrics.records_out, batch.len() as u64);
+        if super::metrics::instrumented() {
+            OpMetrics::add(&self.nodes[node].metrics.records_out, batch.len() as u64);
+        }
         let advanced = self.sources[s].watermark.as_mut().and_then(|w| {
             let before = w.watermark();
             batch.event_time().iter().for_each(|&t| w.observe(t));
@@ -232,7 +236,7 @@ impl Worker {
             return;
         };
         let mut out = std::mem::take(&mut state.emitted);
-        let start = Instant::now();
+        let start = super::metrics::instrumented().then(Instant::now);
         let mut ctx = OpCtx {
             out: &mut out,
             component: &state.component,
@@ -245,16 +249,18 @@ impl Worker {
         if let Some(failure) = ctx.failure.take() {
             self.shared.fail(format!("{}: {failure}", state.component));
         }
-        let blocked = ctx.blocked_ns;
-        let elapsed = start.elapsed().as_nanos() as u64;
-        let m = &state.metrics;
-        OpMetrics::add(&m.records_in, rows_in);
-        OpMetrics::add(&m.useful_ns, elapsed.saturating_sub(blocked));
-        OpMetrics::add(&m.blocked_ns, blocked);
-        OpMetrics::add(
-            &m.records_out,
-            out.iter().map(|(_, b)| b.len() as u64).sum(),
-        );
+        if let Some(start) = start {
+            let blocked = ctx.blocked_ns;
+            let elapsed = start.elapsed().as_nanos() as u64;
+            let m = &state.metrics;
+            OpMetrics::add(&m.records_in, rows_in);
+            OpMetrics::add(&m.useful_ns, elapsed.saturating_sub(blocked));
+            OpMetrics::add(&m.blocked_ns, blocked);
+            OpMetrics::add(
+                &m.records_out,
+                out.iter().map(|(_, b)| b.len() as u64).sum(),
+            );
+        }
         state.op = Some(op);
         state.emitted = out;
         self.route_emitted(node);

@@ -1,0 +1,196 @@
+//! `eddy top [--api ADDR] [--once]`: a live view of the cluster in the
+//! manner of `vector top`, read from a node's `GET /cluster`: per node its
+//! workers, bins, memory and the age of its summary; per node and operator
+//! the rates, useful-time and backpressure shares and the backlog; the last
+//! decision and why. Redraws in place (ANSI) every interval; `--once`
+//! prints one frame without escape codes, for scripts and tests.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::gossip::ClusterDoc;
+use super::peers::get;
+use super::status::parse_api_target;
+
+pub(crate) fn top(api: &str, once: bool, interval: Duration) -> ExitCode {
+    loop {
+        let frame = match fetch(api) {
+            Ok(doc) => frame(api, &doc),
+            Err(e) if once => {
+                eprintln!("eddy top: {e}");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => format!("eddy top: {e}\n(retrying every {interval:?}; Ctrl-C quits)\n"),
+        };
+        let mut out = std::io::stdout().lock();
+        let written = if once {
+            out.write_all(frame.as_bytes())
+        } else {
+            // Home, the frame with each line cleared to its end, then clear
+            // below: redraws without flicker.
+            let body = frame.replace('\n', "\x1b[K\n");
+            write!(out, "\x1b[H{body}\x1b[J")
+        };
+        if written.and_then(|()| out.flush()).is_err() {
+            return ExitCode::SUCCESS; // the terminal or pipe went away
+        }
+        if once {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+/// `GET /cluster` from the API at `api`.
+pub(crate) fn fetch(api: &str) -> Result<ClusterDoc, String> {
+    let addrs = parse_api_target(api)?;
+    let (code, body) = get(&addrs, "/cluster")?;
+    if code != 200 {
+        return Err(format!(
+            "{api} answered {code} to GET /cluster: {}",
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        format!("{api} did not answer with an eddy cluster view ({e}); is it eddy's API?")
+    })
+}
+
+fn rate(x: f32) -> String {
+    let x = f64::from(x);
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e4 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn bytes(b: u64) -> String {
+    format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20))
+}
+
+/// Lines up rows of cells under a header.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let head: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for r in std::iter::once(&head).chain(rows) {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, &w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One screen.
+pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
+    let alive = doc.members.iter().filter(|m| m.state == "alive").count();
+    let mut out = format!(
+        "eddy top — {api} (node {}): {} members, {alive} alive; decisions announced by {}\n\n",
+        doc.node,
+        doc.members.len(),
+        doc.announcer.as_deref().unwrap_or("-")
+    );
+    let nodes: Vec<Vec<String>> = doc
+        .members
+        .iter()
+        .map(|m| {
+            let s = m.summary.as_ref();
+            vec![
+                if m.local {
+                    format!("{} *", m.name)
+                } else {
+                    m.name.clone()
+                },
+                m.state.clone(),
+                m.age_ms
+                    .map_or("-".into(), |a| format!("{:.1} s", a as f64 / 1000.0)),
+                s.map_or("-".into(), |s| s.workers.to_string()),
+                s.map_or("-".into(), |s| format!("{}/{}", s.bins_held, s.bins_total)),
+                s.map_or("-".into(), |s| s.cores.to_string()),
+                s.map_or("-".into(), |s| bytes(s.rss_bytes)),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["NODE", "STATE", "AGE", "WORKERS", "BINS", "CORES", "MEMORY"],
+        &nodes,
+    ));
+    out.push('\n');
+    let mut ops = Vec::new();
+    for m in &doc.members {
+        let Some(s) = &m.summary else { continue };
+        for o in &s.operators {
+            ops.push(vec![
+                m.name.clone(),
+                o.id.clone(),
+                rate(o.observed_in_per_s),
+                rate(o.observed_out_per_s),
+                rate(o.true_processing_per_s),
+                format!("{:.1}", f64::from(o.useful_permille) / 10.0),
+                format!("{:.1}", f64::from(o.backpressure_permille) / 10.0),
+                o.backlog.to_string(),
+            ]);
+        }
+        if s.truncated > 0 {
+            ops.push(vec![
+                m.name.clone(),
+                format!("(+{} not gossiped)", s.truncated),
+            ]);
+        }
+    }
+    out.push_str(&table(
+        &[
+            "NODE",
+            "COMPONENT",
+            "IN/S",
+            "OUT/S",
+            "TRUE/S",
+            "USEFUL%",
+            "BACKPR%",
+            "BACKLOG",
+        ],
+        &ops,
+    ));
+    out.push('\n');
+    match (&doc.decision, &doc.decisions.last()) {
+        (Some(d), last) => {
+            let _ = last;
+            let epochs = match d.next_epoch {
+                Some(e) => format!("epoch {} → {e}", d.epoch),
+                None => format!("epoch {}", d.epoch),
+            };
+            out.push_str(&format!(
+                "decision: {} ({epochs}), {} → {} workers, announced by {}; not executed (waits for live migration)\nwhy: {}\n",
+                d.action,
+                d.current_workers,
+                d.proposed_workers,
+                d.announcer.as_deref().unwrap_or("-"),
+                d.reason
+            ));
+            if let Some(r) = doc.decisions.last().filter(|r| r.at_ms != d.at_ms) {
+                out.push_str(&format!(
+                    "last reconfiguring decision: {} ({} → {} workers): {}\n",
+                    r.action, r.current_workers, r.proposed_workers, r.reason
+                ));
+            }
+        }
+        (None, _) => out.push_str(&format!(
+            "decision: none yet ({})\n",
+            doc.planner.as_deref().unwrap_or("no planner")
+        )),
+    }
+    out
+}
