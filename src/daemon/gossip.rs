@@ -211,7 +211,8 @@ impl ClusterSource {
         }
         let announcer = g.view.announcer().map(str::to_string);
         if announcer != g.announcer {
-            if let Some(a) = &announcer {
+            // A node alone announces to itself: not worth a log line.
+            if let (Some(a), Some(_)) = (&announcer, &self.mesh) {
                 tracing::info!(
                     "decisions are announced by {a}{}",
                     if *a == self.node { " (this node)" } else { "" }

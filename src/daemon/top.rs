@@ -165,9 +165,8 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
         &ops,
     ));
     out.push('\n');
-    match (&doc.decision, &doc.decisions.last()) {
-        (Some(d), last) => {
-            let _ = last;
+    match &doc.decision {
+        Some(d) => {
             let epochs = match d.next_epoch {
                 Some(e) => format!("epoch {} → {e}", d.epoch),
                 None => format!("epoch {}", d.epoch),
@@ -187,7 +186,7 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
                 ));
             }
         }
-        (None, _) => out.push_str(&format!(
+        None => out.push_str(&format!(
             "decision: none yet ({})\n",
             doc.planner.as_deref().unwrap_or("no planner")
         )),
