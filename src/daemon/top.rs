@@ -130,6 +130,7 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
     ));
     out.push('\n');
     let mut ops = Vec::new();
+    let mut notes = String::new();
     for m in &doc.members {
         let Some(s) = &m.summary else { continue };
         for o in &s.operators {
@@ -145,10 +146,10 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
             ]);
         }
         if s.truncated > 0 {
-            ops.push(vec![
-                m.name.clone(),
-                format!("(+{} not gossiped)", s.truncated),
-            ]);
+            notes.push_str(&format!(
+                "{}: {} more operators did not fit its gossip payload\n",
+                m.name, s.truncated
+            ));
         }
     }
     out.push_str(&table(
@@ -164,6 +165,7 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
         ],
         &ops,
     ));
+    out.push_str(&notes);
     out.push('\n');
     match &doc.decision {
         Some(d) => {
@@ -192,4 +194,107 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
         )),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::view::{MemberDoc, NodeSummary, OperatorSummary};
+
+    #[test]
+    fn a_frame_lines_up_nodes_operators_and_the_decision() {
+        let summary = NodeSummary {
+            workers: 2,
+            pipeline: 1,
+            cores: 4,
+            rss_bytes: 30 << 20,
+            bins_held: 128,
+            bins_total: 256,
+            epoch: 1,
+            interval_ms: 1000,
+            operators: vec![OperatorSummary {
+                id: "keep".into(),
+                instances: 2,
+                true_processing_per_s: 2.5e6,
+                true_output_per_s: 1e6,
+                observed_in_per_s: 20_000.0,
+                observed_out_per_s: 8000.0,
+                backlog: 42,
+                useful_permille: 123,
+                backpressure_permille: 5,
+            }],
+            truncated: 1,
+        };
+        let member = |name: &str, local: bool, state: &str, s: Option<NodeSummary>| MemberDoc {
+            name: name.into(),
+            id: "0".repeat(16),
+            addr: None,
+            state: state.into(),
+            local,
+            age_ms: s.as_ref().map(|_| 400),
+            summary: s,
+            error: None,
+        };
+        let mut doc = ClusterDoc {
+            node: "a".into(),
+            announcer: Some("a".into()),
+            publish_interval_ms: 1000,
+            decision_interval_ms: 5000,
+            members: vec![
+                member("a", true, "alive", Some(summary)),
+                member("b", false, "down", None),
+            ],
+            decision: None,
+            decisions: Vec::new(),
+            planner: Some("waiting for the first decision interval".into()),
+        };
+        let f = frame("127.0.0.1:7401", &doc);
+        assert!(
+            f.starts_with(
+                "eddy top — 127.0.0.1:7401 (node a): 2 members, 1 alive; decisions announced by a\n"
+            ),
+            "{f}"
+        );
+        assert!(
+            f.contains("a *   alive  0.4 s  2        128/256  4      30 MiB"),
+            "{f}"
+        );
+        assert!(f.contains("b     down   -      -"), "{f}");
+        assert!(
+            f.contains("a     keep       20.0k  8000   2.50M   12.3     0.5      42"),
+            "{f}"
+        );
+        assert!(
+            f.contains("\na: 1 more operators did not fit its gossip payload\n"),
+            "{f}"
+        );
+        assert!(
+            f.ends_with("decision: none yet (waiting for the first decision interval)\n"),
+            "{f}"
+        );
+        doc.decision = Some(crate::control::announcer::DecisionRecord {
+            at_ms: 1,
+            announcer: Some("a".into()),
+            announced_here: true,
+            action: "scale_up".into(),
+            epoch: 1,
+            next_epoch: Some(2),
+            workers: Default::default(),
+            bins: Default::default(),
+            current_workers: 2,
+            proposed_workers: 3,
+            workers_needed: Some(2.5),
+            current_capacity: 0.8,
+            moves: 10,
+            reason: "DS2 needs more".into(),
+            executed: false,
+        });
+        let f = frame("x", &doc);
+        assert!(
+            f.contains(
+                "decision: scale_up (epoch 1 → 2), 2 → 3 workers, announced by a; not executed (waits for live migration)\nwhy: DS2 needs more\n"
+            ),
+            "{f}"
+        );
+    }
 }
