@@ -299,6 +299,7 @@ mod tests {
                 }
                 let moved: usize = steps.iter().map(|s| s.moves.len()).sum();
                 assert_eq!(moved, wanted, "each bin moves once, {strategy:?}");
+                assert!(["all_at_once", "fluid", "batched"].contains(&strategy.name()));
                 match strategy {
                     Strategy::AllAtOnce => assert!(steps.len() <= 1),
                     Strategy::Fluid { .. } => assert_eq!(steps.len(), wanted),
