@@ -175,9 +175,13 @@ struct Checkpoint {
     assignment: Assignment,
 }
 
+/// A worker's part of a checkpoint: its bins' states, its sources'
+/// positions and its output since the previous one.
+type Snapshot = (BTreeMap<u32, BinState>, [usize; PORTS], Vec<(u32, u64)>);
+
 struct Pending {
     id: u64,
-    snapshots: Vec<Option<(BTreeMap<u32, BinState>, [usize; PORTS], Vec<(u32, u64)>)>>,
+    snapshots: Vec<Option<Snapshot>>,
     left: u32,
 }
 
@@ -356,11 +360,11 @@ impl Sim {
         self.send(kind, from, to, Event::Data { from, to, msg });
     }
 
-    fn to_worker(&mut self, to: u32, msg: ToWorker) {
+    fn send_worker(&mut self, to: u32, msg: ToWorker) {
         self.send(PORTS as u8 + 1, self.g, to, Event::ToWorker { to, msg });
     }
 
-    fn to_coord(&mut self, from: u32, msg: ToCoord) {
+    fn send_coord(&mut self, from: u32, msg: ToCoord) {
         self.send(PORTS as u8 + 2, from, self.g, Event::ToCoord { from, msg });
     }
 
@@ -549,7 +553,7 @@ impl Sim {
     fn worker_output(&mut self, w: u32, o: Output) -> Result<(), String> {
         let wi = w as usize;
         match o {
-            Output::Prepared { epoch } => self.to_coord(w, ToCoord::Prepared(epoch)),
+            Output::Prepared { epoch } => self.send_coord(w, ToCoord::Prepared(epoch)),
             Output::BroadcastMarker { epoch } => {
                 for to in (0..self.g).filter(|&r| r != w) {
                     for port in 0..PORTS {
@@ -616,7 +620,7 @@ impl Sim {
                 if self.workers[wi].held_watermarks != 0 {
                     return Err(format!("worker {w} done with a watermark held"));
                 }
-                self.to_coord(
+                self.send_coord(
                     w,
                     ToCoord::Done {
                         epoch,
@@ -641,12 +645,12 @@ impl Sim {
             match o {
                 CoordOutput::Prepare(step) => {
                     for w in 0..self.g {
-                        self.to_worker(w, ToWorker::Prepare(step.clone()));
+                        self.send_worker(w, ToWorker::Prepare(step.clone()));
                     }
                 }
                 CoordOutput::Switch { epoch } => {
                     for w in 0..self.g {
-                        self.to_worker(w, ToWorker::Switch(epoch));
+                        self.send_worker(w, ToWorker::Switch(epoch));
                     }
                 }
                 CoordOutput::StepDone(_) => {}
@@ -689,7 +693,7 @@ impl Sim {
             .set_checkpoint_in_flight(Duration::from_micros(self.now), true, &mut out);
         self.coord_outputs(out)?;
         for w in 0..self.g {
-            self.to_worker(w, ToWorker::Inject(id));
+            self.send_worker(w, ToWorker::Inject(id));
         }
         Ok(())
     }
@@ -728,7 +732,7 @@ impl Sim {
         let snap = (states, wk.pos, std::mem::take(&mut wk.out));
         let p = self.pending.as_mut().expect("a checkpoint is pending");
         p.snapshots[w as usize] = Some(snap);
-        self.to_coord(w, ToCoord::Snapshotted(id));
+        self.send_coord(w, ToCoord::Snapshotted(id));
         Ok(())
     }
 
