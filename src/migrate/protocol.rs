@@ -170,7 +170,6 @@ struct InFlight {
 /// [`must_hold`]: Migrator::must_hold
 pub(crate) struct Migrator {
     me: u32,
-    workers: u32,
     /// The router's table: bin -> global worker.
     table: Vec<u32>,
     epoch: u64,
@@ -178,6 +177,8 @@ pub(crate) struct Migrator {
     /// Node index -> slot index (`u32::MAX`: not keyed).
     slot_of: Vec<u32>,
     step: Option<InFlight>,
+    /// Global workers that are part of the run (markers come from them).
+    live: Vec<bool>,
 }
 
 impl Migrator {
@@ -209,12 +210,12 @@ impl Migrator {
             .collect();
         Migrator {
             me,
-            workers,
             table: assignment.owners.clone(),
             epoch: assignment.epoch,
             slots,
             slot_of,
             step: None,
+            live: vec![true; workers as usize],
         }
     }
 
@@ -276,6 +277,15 @@ impl Migrator {
         self.step = None;
     }
 
+    /// [`reset`](Migrator::reset) after workers are gone for good: only
+    /// the workers with `live[w]` send markers from now on (`assignment`
+    /// gives the others no bins, e.g. [`super::plan::fallback`]).
+    pub(crate) fn reset_live(&mut self, assignment: &Assignment, live: &[bool]) {
+        debug_assert!(assignment.owners.iter().all(|&w| live[w as usize]));
+        self.live = live.to_vec();
+        self.reset(assignment);
+    }
+
     /// Handles one input; appends what the worker must do to `out`.
     ///
     /// Inputs out of protocol (a step while another is in flight, a marker
@@ -321,7 +331,7 @@ impl Migrator {
             for port in &mut slot.markers {
                 port.iter_mut().for_each(|m| *m = false);
             }
-            slot.missing = slot.ports.len() * self.workers as usize;
+            slot.missing = slot.ports.len() * self.live.iter().filter(|&&l| l).count();
             if slot.incoming > 0 {
                 out.push(Output::HoldWatermark { node: slot.node });
             }
@@ -370,7 +380,9 @@ impl Migrator {
     }
 
     fn marker(&mut self, node: usize, port: usize, sender: u32, epoch: u64, out: &mut Vec<Output>) {
-        let ok = self.step.as_ref().is_some_and(|f| f.step.epoch == epoch) && sender != self.me;
+        let ok = self.step.as_ref().is_some_and(|f| f.step.epoch == epoch)
+            && sender != self.me
+            && self.live.get(sender as usize) == Some(&true);
         let slot = self.slot_of.get(node).copied().unwrap_or(u32::MAX);
         let p = (slot != u32::MAX)
             .then(|| {
@@ -497,9 +509,9 @@ pub(crate) struct Report {
 /// What the [`Coordinator`] asks the driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum CoordOutput {
-    /// Send [`Input::Prepare`] with this step to every worker.
+    /// Send [`Input::Prepare`] with this step to every live worker.
     Prepare(Step),
-    /// Send [`Input::Switch`] to every worker.
+    /// Send [`Input::Switch`] to every live worker.
     Switch { epoch: u64 },
     /// A step is complete (log it); the assignment is now its epoch's.
     StepDone(Report),
@@ -526,7 +538,6 @@ enum Phase {
 /// Drives a migration: steps one at a time, each prepared, switched and
 /// awaited on every worker; `gap` apart for `fluid`.
 pub(crate) struct Coordinator {
-    workers: u32,
     /// The last completed assignment.
     assignment: Assignment,
     queue: VecDeque<Step>,
@@ -537,12 +548,13 @@ pub(crate) struct Coordinator {
     step_bytes: u64,
     step_bins: u32,
     migration: Option<(Time, Report)>,
+    /// Workers that take part (`reset_live`).
+    live: Vec<bool>,
 }
 
 impl Coordinator {
     pub(crate) fn new(workers: u32, assignment: Assignment) -> Coordinator {
         Coordinator {
-            workers,
             assignment,
             queue: VecDeque::new(),
             gap: Duration::ZERO,
@@ -552,6 +564,7 @@ impl Coordinator {
             step_bytes: 0,
             step_bins: 0,
             migration: None,
+            live: vec![true; workers as usize],
         }
     }
 
@@ -640,6 +653,19 @@ impl Coordinator {
         self.migration = None;
     }
 
+    /// [`reset`](Coordinator::reset) after workers are gone for good:
+    /// from now on only the workers with `live[w]` are asked and awaited.
+    pub(crate) fn reset_live(&mut self, assignment: Assignment, live: &[bool]) {
+        debug_assert!(assignment.owners.iter().all(|&w| live[w as usize]));
+        self.live = live.to_vec();
+        self.reset(assignment);
+    }
+
+    /// The workers that take part.
+    pub(crate) fn live(&self) -> &[bool] {
+        &self.live
+    }
+
     pub(crate) fn handle(&mut self, now: Time, input: CoordInput, out: &mut Vec<CoordOutput>) {
         match input {
             CoordInput::Tick => {}
@@ -664,8 +690,8 @@ impl Coordinator {
                         out.push(CoordOutput::Switch { epoch });
                         self.phase = Phase::Switched {
                             step,
-                            waiting: vec![true; self.workers as usize],
-                            left: self.workers,
+                            waiting: self.live.clone(),
+                            left: self.live_count(),
                         };
                     }
                 } else {
@@ -732,6 +758,10 @@ impl Coordinator {
         }
     }
 
+    fn live_count(&self) -> u32 {
+        self.live.iter().filter(|&&l| l).count() as u32
+    }
+
     /// Prepares the next step when its time has come.
     fn poll(&mut self, now: Time, out: &mut Vec<CoordOutput>) {
         let Phase::Gap(at) = self.phase else { return };
@@ -748,8 +778,8 @@ impl Coordinator {
         out.push(CoordOutput::Prepare(step.clone()));
         self.phase = Phase::Preparing {
             step,
-            waiting: vec![true; self.workers as usize],
-            left: self.workers,
+            waiting: self.live.clone(),
+            left: self.live_count(),
         };
     }
 }

@@ -27,6 +27,10 @@
 //! completed checkpoint: its bin states (each worker gets the bins the
 //! checkpoint's assignment gives it), source positions and assignment; the
 //! uncommitted output is discarded and the migration restarts from there.
+//! Some crashes are for good: the worker's checkpointed bins then go to
+//! the survivors by [`fallback`] (deterministic), a survivor reads its
+//! sources on from the checkpoint's positions, and the migration's target
+//! is remapped the same way.
 //!
 //! `EDDY_SIM_SEED=N cargo test -j2 --lib migrate::sim` replays seed `N`.
 
@@ -34,7 +38,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
-use super::plan::{Assignment, Step, Strategy, even};
+use super::plan::{Assignment, Step, Strategy, even, fallback};
 use super::protocol::{CoordInput, CoordOutput, Coordinator, Input, KeyedNode, Migrator, Output};
 
 /// The keyed operator's node index and its exchange input ports.
@@ -127,7 +131,8 @@ enum Event {
     CoordTick,
     /// Start (or after a crash, resume) migration `i` of the plan.
     Trigger(usize),
-    Crash,
+    /// A crash of worker `.0` (chosen at random when `None`).
+    Crash(Option<u32>),
 }
 
 struct Queued {
@@ -162,7 +167,6 @@ struct Worker {
     incoming: BTreeMap<u32, Vec<(u32, u64)>>,
     /// Output not yet in a snapshot.
     out: Vec<(u32, u64)>,
-    pos: [usize; PORTS],
     /// Barriers of the checkpoint in flight seen (from every sender on
     /// every port).
     barriers: usize,
@@ -177,7 +181,7 @@ struct Checkpoint {
 
 /// A worker's part of a checkpoint: its bins' states, its sources'
 /// positions and its output since the previous one.
-type Snapshot = (BTreeMap<u32, BinState>, [usize; PORTS], Vec<(u32, u64)>);
+type Snapshot = (BTreeMap<u32, BinState>, Vec<(u32, u64)>);
 
 struct Pending {
     id: u64,
@@ -217,6 +221,13 @@ struct Sim {
     triggered: usize,
     crash: CrashAt,
     crashes: u32,
+    /// Crashes after which the worker stayed dead.
+    losses: u32,
+    dead: Vec<bool>,
+    /// `host[w]`: the worker that runs worker `w`'s sources.
+    host: Vec<u32>,
+    /// Per worker and port, the next position of the source.
+    pos: Vec<[usize; PORTS]>,
     exports: u32,
     chunks: u32,
     finished: bool,
@@ -268,7 +279,6 @@ impl Sim {
                 held: BTreeMap::new(),
                 incoming: BTreeMap::new(),
                 out: Vec::new(),
-                pos: [0; PORTS],
                 barriers: 0,
                 held_watermarks: 0,
             })
@@ -297,6 +307,10 @@ impl Sim {
             triggered: 0,
             crash,
             crashes: 0,
+            losses: 0,
+            dead: vec![false; g as usize],
+            host: (0..g).collect(),
+            pos: vec![[0; PORTS]; g as usize],
             exports: 0,
             chunks: 0,
             finished: false,
@@ -306,7 +320,7 @@ impl Sim {
         let at = sim.rng.range(0, 800);
         sim.at(at, Event::Trigger(0));
         if let CrashAt::Time(t) = sim.crash {
-            sim.at(t, Event::Crash);
+            sim.at(t, Event::Crash(None));
         }
         sim
     }
@@ -368,6 +382,21 @@ impl Sim {
         self.send(PORTS as u8 + 2, from, self.g, Event::ToCoord { from, msg });
     }
 
+    fn live(&self) -> impl Iterator<Item = u32> + use<> {
+        let dead = self.dead.clone();
+        (0..self.g).filter(move |&w| !dead[w as usize])
+    }
+
+    /// Target `i`, with the bins it gives dead workers spread over the
+    /// survivors.
+    fn goal(&self, i: usize) -> Vec<u32> {
+        if self.dead.iter().any(|&d| d) {
+            fallback(&Assignment::new(0, self.goals[i].clone()), &self.dead).owners
+        } else {
+            self.goals[i].clone()
+        }
+    }
+
     fn bin(&self, key: u32) -> u32 {
         let mut h = crate::kernel::hash::KeyHasher::new();
         h.int(key as i64);
@@ -398,6 +427,8 @@ impl Sim {
 
     fn event(&mut self, event: Event) -> Result<(), String> {
         match event {
+            // A dead worker hears nothing.
+            Event::Data { to, .. } | Event::ToWorker { to, .. } if self.dead[to as usize] => {}
             Event::Data { from, to, msg } => self.deliver(from, to, msg)?,
             Event::ToWorker { to, msg } => match msg {
                 ToWorker::Prepare(step) => self.migrator(to, Input::Prepare(step))?,
@@ -432,7 +463,7 @@ impl Sim {
             Event::CoordTick => self.coordinator(CoordInput::Tick)?,
             Event::Trigger(i) => {
                 self.triggered = self.triggered.max(i + 1);
-                let target = self.goals[i].clone();
+                let target = self.goal(i);
                 let mut out = Vec::new();
                 let n = self.coord.migrate(
                     Duration::from_micros(self.now),
@@ -448,29 +479,31 @@ impl Sim {
                 }
                 self.coord_outputs(out)?;
             }
-            Event::Crash => self.crash(),
+            Event::Crash(w) => self.crash(w),
         }
         Ok(())
     }
 
+    /// Source `port` of worker `w` (run by its host) reads on.
     fn source(&mut self, w: u32, port: usize) -> Result<(), String> {
         let len = self.sources[w as usize][port].len();
-        if self.workers[w as usize].pos[port] >= len {
+        if self.pos[w as usize][port] >= len {
             return Ok(());
         }
+        let host = self.host[w as usize];
         if self.pending.is_none() {
             for _ in 0..self.rng.range(1, 3) {
-                let pos = self.workers[w as usize].pos[port];
+                let pos = self.pos[w as usize][port];
                 if pos == len {
                     break;
                 }
-                self.workers[w as usize].pos[port] += 1;
+                self.pos[w as usize][port] += 1;
                 let key = self.sources[w as usize][port][pos];
-                let owner = self.workers[w as usize].mig.owner(self.bin(key));
-                if owner == w {
-                    self.record(w, key); // local delivery is synchronous
+                let owner = self.workers[host as usize].mig.owner(self.bin(key));
+                if owner == host {
+                    self.record(host, key); // local delivery is synchronous
                 } else {
-                    self.data(w, owner, Data::Record { port, key });
+                    self.data(host, owner, Data::Record { port, key });
                 }
             }
         }
@@ -518,7 +551,7 @@ impl Sim {
                 {
                     self.crash = CrashAt::None;
                     let d = self.rng.range(0, 30);
-                    self.after(d, Event::Crash);
+                    self.after(d, Event::Crash(Some(to)));
                 }
                 let bytes = 12 * entries.len() as u64;
                 self.workers[to as usize]
@@ -555,7 +588,7 @@ impl Sim {
         match o {
             Output::Prepared { epoch } => self.send_coord(w, ToCoord::Prepared(epoch)),
             Output::BroadcastMarker { epoch } => {
-                for to in (0..self.g).filter(|&r| r != w) {
+                for to in self.live().filter(|&r| r != w) {
                     for port in 0..PORTS {
                         self.data(w, to, Data::Marker { port, epoch });
                     }
@@ -573,7 +606,7 @@ impl Sim {
                 {
                     self.crash = CrashAt::None;
                     let d = self.rng.range(0, 30);
-                    self.after(d, Event::Crash);
+                    self.after(d, Event::Crash(Some(w)));
                 }
                 let state: Vec<(u32, u64)> = self.workers[wi]
                     .bins
@@ -644,12 +677,12 @@ impl Sim {
         for o in out {
             match o {
                 CoordOutput::Prepare(step) => {
-                    for w in 0..self.g {
+                    for w in self.live() {
                         self.send_worker(w, ToWorker::Prepare(step.clone()));
                     }
                 }
                 CoordOutput::Switch { epoch } => {
-                    for w in 0..self.g {
+                    for w in self.live() {
                         self.send_worker(w, ToWorker::Switch(epoch));
                     }
                 }
@@ -664,11 +697,12 @@ impl Sim {
     }
 
     fn migration_done(&mut self) -> Result<(), String> {
-        let goal = &self.goals[self.triggered - 1];
-        if &self.coord.assignment().owners != goal {
+        let goal = self.goal(self.triggered - 1);
+        if self.coord.assignment().owners != goal {
             return Err("migration done short of its target".into());
         }
-        for (w, wk) in self.workers.iter().enumerate() {
+        for w in self.live() {
+            let wk = &self.workers[w as usize];
             if wk.mig.table() != goal.as_slice() || !wk.mig.idle() {
                 return Err(format!("worker {w}'s router disagrees after the migration"));
             }
@@ -686,13 +720,13 @@ impl Sim {
         self.pending = Some(Pending {
             id,
             snapshots: (0..self.g).map(|_| None).collect(),
-            left: self.g,
+            left: self.live().count() as u32,
         });
         let mut out = Vec::new();
         self.coord
             .set_checkpoint_in_flight(Duration::from_micros(self.now), true, &mut out);
         self.coord_outputs(out)?;
-        for w in 0..self.g {
+        for w in self.live() {
             self.send_worker(w, ToWorker::Inject(id));
         }
         Ok(())
@@ -700,7 +734,7 @@ impl Sim {
 
     /// Worker `w`'s sources put barrier `id` on every stream.
     fn inject(&mut self, w: u32, id: u64) -> Result<(), String> {
-        for to in (0..self.g).filter(|&r| r != w) {
+        for to in self.live().filter(|&r| r != w) {
             for port in 0..PORTS {
                 self.data(w, to, Data::Barrier { port, id });
             }
@@ -712,9 +746,10 @@ impl Sim {
     }
 
     fn barrier(&mut self, w: u32, id: u64) -> Result<(), String> {
+        let senders = self.live().count();
         let wk = &mut self.workers[w as usize];
         wk.barriers += 1;
-        if wk.barriers < self.g as usize * PORTS {
+        if wk.barriers < senders * PORTS {
             return Ok(());
         }
         wk.barriers = 0;
@@ -729,7 +764,7 @@ impl Sim {
             .filter(|(b, _)| table[**b as usize] == w)
             .map(|(b, s)| (*b, s.clone()))
             .collect();
-        let snap = (states, wk.pos, std::mem::take(&mut wk.out));
+        let snap = (states, std::mem::take(&mut wk.out));
         let p = self.pending.as_mut().expect("a checkpoint is pending");
         p.snapshots[w as usize] = Some(snap);
         self.send_coord(w, ToCoord::Snapshotted(id));
@@ -747,26 +782,26 @@ impl Sim {
         }
         let p = self.pending.take().expect("checked");
         let mut states = BTreeMap::new();
-        let mut pos = Vec::new();
-        for (s, at, out) in p.snapshots.into_iter().map(|s| s.expect("every worker")) {
+        for (s, out) in p.snapshots.into_iter().flatten() {
             states.extend(s);
-            pos.push(at);
             self.committed.extend(out);
         }
+        // Sources pause while a checkpoint is in flight: these are the
+        // positions at its barrier.
         self.checkpoint = Checkpoint {
             states,
-            pos,
+            pos: self.pos.clone(),
             assignment: self.coord.assignment().clone(),
         };
         let sources_done = self
-            .workers
+            .pos
             .iter()
             .zip(&self.sources)
-            .all(|(wk, s)| (0..PORTS).all(|p| wk.pos[p] == s[p].len()));
+            .all(|(at, s)| (0..PORTS).all(|p| at[p] == s[p].len()));
         if sources_done
             && self.triggered == self.goals.len()
             && !self.coord.busy()
-            && self.checkpoint.assignment.owners == self.goals[self.goals.len() - 1]
+            && self.checkpoint.assignment.owners == self.goal(self.goals.len() - 1)
         {
             self.finished = true;
             return Ok(());
@@ -777,29 +812,51 @@ impl Sim {
         self.coord_outputs(out)
     }
 
-    /// Everything restarts from the last completed checkpoint.
-    fn crash(&mut self) {
+    /// Everything restarts from the last completed checkpoint. Sometimes
+    /// the crashed worker is gone for good: its bins go to the survivors
+    /// ([`fallback`] of the checkpoint's assignment) and its sources are
+    /// read on from the checkpoint by a survivor.
+    fn crash(&mut self, victim: Option<u32>) {
         self.crashes += 1;
         self.queue.clear();
         self.last.clear();
         self.pending = None;
+        let victim = victim.unwrap_or_else(|| self.rng.below(self.g as u64) as u32);
+        if !self.dead[victim as usize] && self.live().count() > 1 && self.rng.chance(30) {
+            self.dead[victim as usize] = true;
+            self.losses += 1;
+        }
+        let live: Vec<bool> = self.dead.iter().map(|d| !d).collect();
+        for w in 0..self.g {
+            // The next survivor after it runs a dead worker's sources.
+            self.host[w as usize] = (w..w + self.g)
+                .map(|h| h % self.g)
+                .find(|&h| live[h as usize])
+                .expect("a survivor");
+        }
+        let restart = if self.dead.iter().any(|&d| d) {
+            fallback(&self.checkpoint.assignment, &self.dead)
+        } else {
+            self.checkpoint.assignment.clone()
+        };
         let cp = &self.checkpoint;
         for (w, wk) in self.workers.iter_mut().enumerate() {
-            wk.mig.reset(&cp.assignment);
+            wk.mig.reset_live(&restart, &live);
             wk.bins = cp
                 .states
                 .iter()
-                .filter(|(b, _)| cp.assignment.owners[**b as usize] == w as u32)
+                .filter(|(b, _)| restart.owners[**b as usize] == w as u32)
                 .map(|(b, s)| (*b, s.clone()))
                 .collect();
             wk.held.clear();
             wk.incoming.clear();
             wk.out.clear();
-            wk.pos = cp.pos[w];
             wk.barriers = 0;
             wk.held_watermarks = 0;
         }
-        self.coord.reset(cp.assignment.clone());
+        self.pos.clone_from(&cp.pos);
+        self.coord.reset_live(restart, &live);
+        debug_assert_eq!(self.coord.live(), live.as_slice());
         let restart = self.rng.range(20, 200);
         self.now += restart;
         self.start_timers();
@@ -870,12 +927,13 @@ fn migration_output_equals_the_reference_for_every_seed() {
         Err(_) => (0..SEEDS).collect(),
     };
     let started = std::time::Instant::now();
-    let (mut crashes, mut events, mut exports) = (0, 0, 0);
+    let (mut crashes, mut losses, mut events, mut exports) = (0, 0, 0, 0);
     for &seed in &seeds {
         let result = std::panic::catch_unwind(|| run_seed(seed));
         match result {
             Ok(Ok(sim)) => {
                 crashes += sim.crashes;
+                losses += sim.losses;
                 events += sim.events;
                 exports += sim.exports;
             }
@@ -891,7 +949,7 @@ fn migration_output_equals_the_reference_for_every_seed() {
         }
     }
     eprintln!(
-        "{} seeds, {crashes} crashes, {exports} bin exports, {events} events in {:?}",
+        "{} seeds, {crashes} crashes ({losses} for good), {exports} bin exports, {events} events in {:?}",
         seeds.len(),
         started.elapsed()
     );
@@ -899,6 +957,7 @@ fn migration_output_equals_the_reference_for_every_seed() {
     if seeds.len() > 100 {
         assert!(crashes > seeds.len() as u32 / 5, "{crashes} crashes");
         assert!(exports > seeds.len() as u32, "{exports} exports");
+        assert!(losses > seeds.len() as u32 / 50, "{losses} workers lost");
     }
 }
 
