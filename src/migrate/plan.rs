@@ -352,6 +352,41 @@ mod tests {
         assert_eq!(plan(&current, &[1, 1, 3, 3], capped).len(), 4);
     }
 
+    /// On random plans too, batched takes exactly as many steps as the
+    /// busiest worker has moves (the lower bound for matchings).
+    #[test]
+    fn batched_reaches_the_lower_bound_on_random_plans() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..2000 {
+            let workers = 2 + (next() % 7) as u32;
+            let bins = 1 << (2 + next() % 7);
+            let mut pick = || {
+                (0..bins)
+                    .map(|_| (next() % workers as u64) as u32)
+                    .collect()
+            };
+            let current = Assignment::new(1, pick());
+            let target: Vec<u32> = pick();
+            let mut degree = vec![0usize; 2 * workers as usize];
+            for m in moves(&current.owners, &target) {
+                degree[m.from as usize] += 1;
+                degree[(workers + m.to) as usize] += 1;
+            }
+            let bound = degree.iter().copied().max().unwrap_or(0);
+            let batched = Strategy::Batched {
+                max_bins_per_step: None,
+            };
+            let steps = plan(&current, &target, batched);
+            assert_eq!(steps.len(), bound, "{current:?} -> {target:?}");
+        }
+    }
+
     #[test]
     fn fallback_spreads_the_dead_workers_bins() {
         let current = Assignment::new(4, even(12, 3));
