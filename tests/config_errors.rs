@@ -86,3 +86,24 @@ fn the_example_configs_are_valid() {
     }
     assert!(n >= 1);
 }
+
+/// A full `[migration]` table validates; a setting its strategy ignores is
+/// a warning, not an error.
+#[test]
+fn a_migration_table_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    std::fs::write(
+        &path,
+        "[migration]\nstrategy = \"all_at_once\"\ngap = \"2s\"\ndrain_timeout = \"45s\"\n\n\
+         [sources.g]\ntype = \"generator\"\n\n[sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n",
+    )
+    .unwrap();
+    let out = eddy().arg("validate").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("m.toml:3:7: warning: migration: field `gap`: only the `fluid` strategy"),
+        "{stderr}"
+    );
+}

@@ -3,6 +3,7 @@
 
 mod diag;
 mod mesh;
+mod migration;
 mod model;
 mod mqtt;
 mod net;

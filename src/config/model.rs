@@ -3,12 +3,14 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::diag::Sp;
 use crate::data::DataType;
 use crate::io::codec::Format;
 use crate::io::generator::GeneratorSpec;
 use crate::mesh::config::MeshConfig;
+use crate::migrate::Strategy;
 
 /// A whole, structurally valid pipeline file.
 #[derive(Debug)]
@@ -46,6 +48,37 @@ pub(crate) struct NodeConfig {
     pub(crate) mesh: Option<MeshConfig>,
     /// `[api]`: the local HTTP API.
     pub(crate) api: ApiConfig,
+    /// `[migration]`: how bins move between workers.
+    pub(crate) migration: MigrationConfig,
+}
+
+/// `[migration]`: how keyed state moves when the bin assignment changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MigrationConfig {
+    /// `strategy`, with `gap` (fluid) or `max_bins_per_step` (batched)
+    /// folded in. Default batched, unlimited.
+    pub(crate) strategy: Strategy,
+    /// `gap`: the pause between fluid steps. Default zero.
+    pub(crate) gap: Duration,
+    /// `max_bins_per_step`: the most bins of a batched step; `None` is
+    /// unlimited (the default).
+    pub(crate) max_bins_per_step: Option<u32>,
+    /// `drain_timeout`: how long SIGTERM on a mesh member waits for its
+    /// bins to move away before it exits anyway. Default 30 s.
+    pub(crate) drain_timeout: Duration,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> MigrationConfig {
+        MigrationConfig {
+            strategy: Strategy::Batched {
+                max_bins_per_step: None,
+            },
+            gap: Duration::ZERO,
+            max_bins_per_step: None,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// The port of the local HTTP API when `[api] address` gives none.

@@ -6,6 +6,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::diag::{Context, Diagnostics, Sp, suggest};
 use super::mesh::{read_api, read_mesh};
+use super::migration::read_migration;
 use super::model::*;
 use super::mqtt::{read_mqtt_sink, read_mqtt_source};
 use super::net::{NetProtocol, NetSource};
@@ -82,6 +83,9 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     }
     if let Some(api) = top.table(&mut d, "api") {
         config.node.api = read_api(&mut d, api.into_component("api"));
+    }
+    if let Some(m) = top.table(&mut d, "migration") {
+        config.node.migration = read_migration(&mut d, m.into_component("migration"));
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
@@ -168,6 +172,7 @@ fn default_node() -> NodeConfig {
         name_given: false,
         mesh: None,
         api: ApiConfig::default(),
+        migration: MigrationConfig::default(),
     }
 }
 
