@@ -38,8 +38,31 @@ pub(crate) trait Operator: Send {
         Ok(())
     }
 
-    /// Before any input: the watermark the operator had at the checkpoint.
+        /// Before any input: the watermark the operator had at the checkpoint.
     fn restore_watermark(&mut self, _watermark: i64) {}
+
+    /// While running (a live migration): removes the whole state of each
+    /// of `bins` (open windows, pending timers) and returns it, per bin
+    /// in the order asked, in the entry form [`Operator::restore`] and
+    /// [`Operator::install_bin`] take. One call for many bins, so that
+    /// operators whose state spans bins scan it once. Stateless operators
+    /// keep the default.
+    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+        Ok(bins.iter().map(|_| Vec::new()).collect())
+    }
+
+    /// While running: installs a bin another instance exported. What is
+    /// already due at this instance's watermark (windows whose end it
+    /// passed, timers) happens now, through `ctx`; what the exporter had
+    /// already emitted is not emitted again.
+    fn install_bin(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        _ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        self.restore(bin, entries)
+    }
 }
 
 /// What an operator may do while it runs.

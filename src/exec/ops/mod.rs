@@ -3,6 +3,8 @@
 pub(crate) mod bin_cache;
 mod dirty;
 mod filter;
+#[cfg(test)]
+mod migrate_tests;
 mod join;
 mod map;
 mod project;
