@@ -21,6 +21,8 @@ pub(crate) mod io;
 #[cfg(feature = "std")]
 pub(crate) mod mesh;
 #[cfg(feature = "std")]
+pub(crate) mod migrate;
+#[cfg(feature = "std")]
 pub(crate) mod plan;
 #[cfg(feature = "std")]
 pub(crate) mod state;
