@@ -5,6 +5,7 @@ pub mod api;
 mod bench;
 mod cli;
 pub mod cluster;
+pub mod migration_api;
 mod distribute;
 /// Also serves the `http` source (`io::http_source`).
 pub(crate) mod http;
