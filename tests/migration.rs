@@ -9,11 +9,11 @@ use eddy::daemon::migration_api::{CountSpec, Move, Target, keyed_count};
 
 fn spec() -> CountSpec {
     CountSpec {
-        events: 1_200_000,
+        events: 2_400_000,
         workers: 3,
         bins: 256,
         keys: 5_000,
-        // About 2 s of input: the migrations happen while it flows.
+        // About 4 s of input: the migrations happen while it flows.
         rate: 600_000,
         window: "100ms".into(),
         probe: false,
@@ -26,7 +26,7 @@ fn migrations_while_records_flow_change_nothing_in_the_output() {
     let reference = keyed_count(&spec(), &[]).expect("reference run");
     assert!(!reference.rows.is_empty());
     let total: i64 = reference.rows.iter().map(|r| r.2).sum();
-    assert_eq!(total, 1_200_000, "the reference counts every event once");
+    assert_eq!(total, 2_400_000, "the reference counts every event once");
     for strategy in ["all_at_once", "fluid", "batched"] {
         // Everything onto worker 0, then spread over all three again.
         let moves = [

@@ -7,6 +7,10 @@ use super::cli::Workload;
 
 pub(crate) fn bench(workload: Workload) -> ExitCode {
     match workload {
+        Workload::Migration { keys, plot, json } => {
+            super::bench_migration::migration(json, keys, &plot)
+        }
+        Workload::Bins { events, json } => super::bench_migration::bins(events, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

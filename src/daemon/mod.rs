@@ -3,6 +3,7 @@
 
 pub mod api;
 mod bench;
+mod bench_migration;
 mod cli;
 pub mod cluster;
 pub mod migration_api;

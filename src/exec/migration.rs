@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::Shared;
@@ -61,6 +61,12 @@ pub(crate) struct WorkerMigration {
     state_edge: Vec<Option<usize>>,
     /// Nodes whose inputs all ended while a bin was still coming.
     deferred_end: Vec<usize>,
+    /// Per node: its watermark is held until its outgoing bins left. A
+    /// sender's watermark that comes after its marker may be ahead of
+    /// records it already sent the new owner: applied here before the
+    /// export, it would fire the bin's windows without them, and the new
+    /// owner would fire them again with the rest.
+    out_held: Vec<bool>,
 }
 
 /// Builds the control of a single-process run of `workers` workers and
@@ -87,6 +93,7 @@ pub(crate) fn setup(
             held_rows: 0,
             warned: false,
             arrived: HashMap::new(),
+            out_held: vec![false; state_edge.len()],
             state_edge: state_edge.clone(),
             deferred_end: Vec::new(),
         });
@@ -123,6 +130,7 @@ impl WorkerMigration {
             arrived: HashMap::new(),
             state_edge: Vec::new(),
             deferred_end: Vec::new(),
+            out_held: Vec::new(),
         }
     }
 }
@@ -153,7 +161,13 @@ impl Shared {
                 self.bins
             ));
         }
-        control.migrating.store(true, Relaxed);
+        // With `may_finish`: either that worker stays for the migration,
+        // or the migration sees it leaving and does not start.
+        control.migrating.store(true, SeqCst);
+        if self.finishing.load(SeqCst) > 0 {
+            control.migrating.store(false, SeqCst);
+            return Err("the input has ended: no migration now".into());
+        }
         let result = self.drive(control, &mut coordinator, &target, strategy);
         control.migrating.store(false, Relaxed);
         result
@@ -257,6 +271,21 @@ impl Shared {
 }
 
 impl Worker {
+    /// Every instance of this worker ended: whether it may return. Not
+    /// while a migration runs: the others wait for its markers (and it
+    /// may still be a bin's old or new owner).
+    pub(crate) fn may_finish(&self) -> bool {
+        let Some(control) = &self.shared.migration else {
+            return true;
+        };
+        self.shared.finishing.fetch_add(1, SeqCst);
+        if control.migrating.load(SeqCst) {
+            self.shared.finishing.fetch_sub(1, SeqCst);
+            return false;
+        }
+        true
+    }
+
     /// Handles waiting control messages (between batches).
     pub(crate) fn poll_migration(&mut self) -> bool {
         let Some(rx) = &self.mig.control else {
@@ -271,6 +300,13 @@ impl Worker {
     }
 
     fn migrate_input(&mut self, input: Input) {
+        if let Input::Prepare(step) = &input
+            && step.moves.iter().any(|m| m.from as usize == self.global)
+        {
+            for (node, edge) in self.mig.state_edge.iter().enumerate() {
+                self.mig.out_held[node] = edge.is_some();
+            }
+        }
         let mut out = Vec::new();
         self.mig.machine.handle(input, &mut out);
         self.carry_out(out);
@@ -356,9 +392,15 @@ impl Worker {
         }
     }
 
-    /// Whether `node`'s end waits for a bin still coming.
+    /// Whether `node`'s operator watermark stays where it is for now.
+    #[inline]
+    pub(crate) fn watermark_held(&self, node: usize) -> bool {
+        self.mig.machine.watermark_held(node) || self.mig.out_held.get(node) == Some(&true)
+    }
+
+    /// Whether `node`'s end waits for a bin still coming or leaving.
     pub(crate) fn defer_end(&mut self, node: usize) -> bool {
-        if self.mig.machine.watermark_held(node) {
+        if self.watermark_held(node) {
             self.mig.deferred_end.push(node);
             true
         } else {
@@ -404,6 +446,10 @@ impl Worker {
                         i += 1;
                     }
                     self.export(node, &moves);
+                    if let Some(held) = self.mig.out_held.get_mut(node) {
+                        *held = false;
+                    }
+                    self.release_watermark(node);
                     continue;
                 }
                 Output::Install { node, bin, .. } => {
@@ -428,14 +474,7 @@ impl Worker {
                         self.deliver(node, port, batch);
                     }
                 }
-                Output::ReleaseWatermark { node } => {
-                    let node = *node;
-                    self.advance_watermark(node);
-                    if let Some(at) = self.mig.deferred_end.iter().position(|&n| n == node) {
-                        self.mig.deferred_end.swap_remove(at);
-                        self.end_node(node);
-                    }
-                }
+                Output::ReleaseWatermark { node } => self.release_watermark(*node),
                 Output::Done {
                     epoch,
                     bins_in,
@@ -448,6 +487,19 @@ impl Worker {
                 }),
             }
             i += 1;
+        }
+    }
+
+    /// `node`'s watermark may move again: catch up, and end it if its
+    /// inputs ended meanwhile.
+    fn release_watermark(&mut self, node: usize) {
+        if self.watermark_held(node) {
+            return;
+        }
+        self.advance_watermark(node);
+        if let Some(at) = self.mig.deferred_end.iter().position(|&n| n == node) {
+            self.mig.deferred_end.swap_remove(at);
+            self.end_node(node);
         }
     }
 

@@ -67,6 +67,9 @@ pub(crate) struct Shared {
     /// A latency probe on one node (`eddy bench migration`); unset, it
     /// costs one load per delivered batch.
     pub(crate) probe: OnceLock<Arc<Probe>>,
+    /// Workers about to return (every instance ended); a migration does
+    /// not start while one is, and none returns while one runs.
+    pub(crate) finishing: std::sync::atomic::AtomicUsize,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)

@@ -115,6 +115,7 @@ pub(crate) fn start_with(
         ingest,
         migration,
         probe: OnceLock::new(),
+        finishing: std::sync::atomic::AtomicUsize::new(0),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.

@@ -193,7 +193,7 @@ impl Worker {
                     }
                 }
             }
-            if self.nodes.iter().all(|n| n.ended) {
+            if self.nodes.iter().all(|n| n.ended) && self.may_finish() {
                 return;
             }
             if !progressed {
@@ -434,7 +434,7 @@ impl Worker {
     /// Advances `node`'s operator to the minimum of its inputs'
     /// watermarks, unless a bin coming to it holds it back.
     pub(super) fn advance_watermark(&mut self, node: usize) {
-        if self.mig.machine.watermark_held(node) {
+        if self.watermark_held(node) {
             return;
         }
         let state = &mut self.nodes[node];
