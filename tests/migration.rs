@@ -18,6 +18,7 @@ fn spec() -> CountSpec {
         window: "100ms".into(),
         probe: false,
         keep_rows: true,
+        stop_after_moves: false,
     }
 }
 
@@ -64,7 +65,11 @@ fn migrations_while_records_flow_change_nothing_in_the_output() {
                 .filter(|r| run.rows.binary_search(r).is_err())
                 .take(5)
                 .collect();
-            panic!("{strategy}: {} rows, {} expected; extra {extra:?}; missing {missing:?}", run.rows.len(), reference.rows.len());
+            panic!(
+                "{strategy}: {} rows, {} expected; extra {extra:?}; missing {missing:?}",
+                run.rows.len(),
+                reference.rows.len()
+            );
         }
         assert!(run.rows == reference.rows, "{strategy}: the results differ");
     }

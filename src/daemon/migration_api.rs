@@ -55,6 +55,8 @@ pub struct CountRun {
     /// `(ns since start, resident bytes)` sampled every 10 ms.
     pub rss: Vec<(u64, u64)>,
     pub seconds: f64,
+    /// Records the generator emitted.
+    pub emitted: u64,
 }
 
 /// The workload.
@@ -70,6 +72,8 @@ pub struct CountSpec {
     pub probe: bool,
     /// Keep the result rows (the test); else only their count.
     pub keep_rows: bool,
+    /// End the input once every migration is done (else at `events`).
+    pub stop_after_moves: bool,
 }
 
 pub(crate) fn strategy(name: &str) -> Result<Strategy, String> {
@@ -131,7 +135,12 @@ inputs = ["counts"]
         .ok_or("no window")?;
     let schema = plan.nodes[counts].outputs[0].schema.clone();
     let col = |name: &str| schema.index_of(name).ok_or(format!("no {name}"));
-    let cols = [col("key")?, col("window_start")?, col("count")?, col("sum")?];
+    let cols = [
+        col("key")?,
+        col("window_start")?,
+        col("count")?,
+        col("sum")?,
+    ];
     let rows = Arc::new(Mutex::new(Vec::new()));
     let r = rows.clone();
     let keep = spec.keep_rows;
@@ -141,9 +150,7 @@ inputs = ["counts"]
         }
         let c: Vec<&[i64]> = cols.iter().map(|&i| b.column(i).ints()).collect();
         let mut out = r.lock().unwrap_or_else(|e| e.into_inner());
-        for i in 0..b.len() {
-            out.push((c[0][i], c[1][i], c[2][i], c[3][i]));
-        }
+        out.extend((0..b.len()).map(|i| (c[0][i], c[1][i], c[2][i], c[3][i])));
     });
     let running = exec::start(
         Arc::new(plan),
@@ -177,6 +184,7 @@ inputs = ["counts"]
         let shared = shared.clone();
         let moves = moves.to_vec();
         let workers = spec.workers;
+        let stop_after = spec.stop_after_moves;
         std::thread::spawn(move || -> Result<Vec<MoveReport>, String> {
             let mut reports = Vec::new();
             for m in moves {
@@ -199,6 +207,10 @@ inputs = ["counts"]
                     started: at,
                     duration: r.duration,
                 });
+            }
+            if stop_after {
+                std::thread::sleep(Duration::from_millis(500));
+                shared.request_stop();
             }
             Ok(reports)
         })
@@ -231,6 +243,11 @@ inputs = ["counts"]
         latency,
         rss,
         seconds: report.elapsed.as_secs_f64(),
+        emitted: report
+            .components
+            .iter()
+            .find(|c| c.id == "events")
+            .map_or(0, |c| c.counters.records_out),
     })
 }
 

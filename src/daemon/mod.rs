@@ -6,11 +6,11 @@ mod bench;
 mod bench_migration;
 mod cli;
 pub mod cluster;
-pub mod migration_api;
 mod distribute;
 /// Also serves the `http` source (`io::http_source`).
 pub(crate) mod http;
 mod load;
+pub mod migration_api;
 mod notify;
 mod peers;
 mod prometheus;

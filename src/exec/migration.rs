@@ -144,10 +144,9 @@ impl Shared {
         target: Option<Vec<u32>>,
         strategy: Strategy,
     ) -> Result<Report, String> {
-        let control = self
-            .migration
-            .as_ref()
-            .ok_or("bins move between the workers of one process only (not in a distributed run)")?;
+        let control = self.migration.as_ref().ok_or(
+            "bins move between the workers of one process only (not in a distributed run)",
+        )?;
         let mut coordinator = control
             .coordinator
             .try_lock()

@@ -7,6 +7,9 @@ use super::metrics::OpMetrics;
 use crate::data::Batch;
 use crate::io::dead_letter::DeadLetter;
 
+/// One bin's state: `(key, value)` entries, as checkpoints store them.
+pub(crate) type BinEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One instance of a transform or sink on one worker.
 ///
 /// The worker calls these methods; none of them may block on IO (sinks hand
@@ -38,7 +41,7 @@ pub(crate) trait Operator: Send {
         Ok(())
     }
 
-        /// Before any input: the watermark the operator had at the checkpoint.
+    /// Before any input: the watermark the operator had at the checkpoint.
     fn restore_watermark(&mut self, _watermark: i64) {}
 
     /// While running (a live migration): removes the whole state of each
@@ -47,7 +50,7 @@ pub(crate) trait Operator: Send {
     /// [`Operator::install_bin`] take. One call for many bins, so that
     /// operators whose state spans bins scan it once. Stateless operators
     /// keep the default.
-    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<BinEntries>, String> {
         Ok(bins.iter().map(|_| Vec::new()).collect())
     }
 

@@ -89,13 +89,8 @@ pub(crate) fn start_with(
             keyed.push(crate::migrate::KeyedNode { node: i, ports });
         }
     }
-    let (migration, mut migrations) = super::migration::setup(
-        workers,
-        &assignment,
-        &keyed,
-        state_edge,
-        cluster.is_none(),
-    );
+    let (migration, mut migrations) =
+        super::migration::setup(workers, &assignment, &keyed, state_edge, cluster.is_none());
     let shared = Arc::new(Shared {
         workers,
         global_workers,

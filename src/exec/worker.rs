@@ -34,7 +34,7 @@ pub(crate) enum Body {
     Watermark(i64),
     /// Checkpoint barrier `id`: everything before it belongs to checkpoint
     /// `id`.
-        Barrier(u64),
+    Barrier(u64),
     End,
     /// Live migration: the sender's routes switched to epoch's table;
     /// everything before it was routed the old way.
@@ -123,7 +123,7 @@ pub(crate) struct Worker {
     /// Exchange edges ordered by target node, most downstream first.
     pub(crate) drain_order: Vec<usize>,
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
-        /// The newest checkpoint whose barrier this worker's sources injected.
+    /// The newest checkpoint whose barrier this worker's sources injected.
     pub(crate) injected: u64,
     /// Live migration: the router's table (bin -> global worker) and what
     /// moving bins needs (`migration.rs`).
@@ -145,7 +145,7 @@ impl Worker {
             if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
                 return;
             }
-                        let mut progressed = self.poll_migration();
+            let mut progressed = self.poll_migration();
             progressed |= self.drain_inboxes(0);
             let mut wake_at: Option<Instant> = None;
             let stop = self.shared.stop.load(Relaxed);
@@ -154,7 +154,7 @@ impl Worker {
             // `checkpoint.rs` for why that makes alignment free).
             let mut paused = false;
             if let Some(cp) = self.shared.checkpoints.clone() {
-                                let requested = cp.requested();
+                let requested = cp.requested();
                 let migrating = self
                     .shared
                     .migration
@@ -230,7 +230,7 @@ impl Worker {
     }
 
     /// Runs `node`'s operator on a batch arriving at `port`.
-        pub(super) fn deliver(&mut self, node: usize, port: usize, batch: Batch) {
+    pub(super) fn deliver(&mut self, node: usize, port: usize, batch: Batch) {
         let rows = batch.len() as u64;
         if let Some(probe) = self.shared.probe.get().filter(|p| p.node == node) {
             let emitted = batch.ingest_ns().iter().copied().min().unwrap_or(0);
@@ -247,7 +247,7 @@ impl Worker {
     }
 
     /// Calls into `node`'s operator, measures it, and routes what it emits.
-        pub(super) fn call(
+    pub(super) fn call(
         &mut self,
         node: usize,
         rows_in: u64,
@@ -324,7 +324,7 @@ impl Worker {
             self.deliver(to, port, batch);
             return;
         }
-                let bins = self.shared.bins;
+        let bins = self.shared.bins;
         let mut rows = std::mem::take(&mut self.rows_by_worker);
         rows.iter_mut().for_each(Vec::clear);
         let table = self.mig.machine.table();
@@ -348,7 +348,7 @@ impl Worker {
                 self.send(from, edge, w, Body::Batch(part));
             }
         }
-                self.rows_by_worker = rows;
+        self.rows_by_worker = rows;
         if let Some(part) = local {
             self.deliver_keyed(to, port, part);
         }
@@ -356,7 +356,7 @@ impl Worker {
 
     /// Sends on an exchange channel; while it is full, drains this worker's
     /// inboxes downstream of the edge (see the module comment).
-        pub(super) fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
+    pub(super) fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
         let mut msg = Message {
             from: self.global as u32,
             body,
@@ -427,7 +427,7 @@ impl Worker {
         if wm <= *slot {
             return;
         }
-                *slot = wm;
+        *slot = wm;
         self.advance_watermark(node);
     }
 
@@ -474,7 +474,7 @@ impl Worker {
         if self.nodes[node]
             .ports
             .iter()
-                        .all(|p| p.ended.iter().all(|&e| e))
+            .all(|p| p.ended.iter().all(|&e| e))
             && !self.defer_end(node)
         {
             self.end_node(node);
@@ -482,7 +482,7 @@ impl Worker {
     }
 
     /// Every input of `node` ended (or, for a source, the source did).
-        pub(super) fn end_node(&mut self, node: usize) {
+    pub(super) fn end_node(&mut self, node: usize) {
         if std::mem::replace(&mut self.nodes[node].ended, true) {
             return;
         }
@@ -662,11 +662,11 @@ impl Worker {
                 let b = match &body {
                     Body::Watermark(x) => Body::Watermark(*x),
                     Body::Barrier(x) => Body::Barrier(*x),
-                                        Body::End => Body::End,
+                    Body::End => Body::End,
                     Body::Marker(x) => Body::Marker(*x),
                     Body::Batch(_) | Body::State { .. } => {
                         unreachable!("only control messages are broadcast")
-                    },
+                    }
                 };
                 self.send(from, edge, w, b);
             }

@@ -321,13 +321,16 @@ impl Operator for Join {
         Ok(())
     }
 
-        fn restore_watermark(&mut self, watermark: i64) {
+    fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
 
     /// A bin's keys leave with their rows (every open window's, for
     /// tumbling joins); expiry timers stay behind, stale and harmless.
-    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
         let encode = |sides: &Sides| postcard::to_stdvec(sides).expect("join state encodes");
         Ok(bins
             .iter()
@@ -342,9 +345,13 @@ impl Operator for Join {
                     );
                 }
                 for (start, maps) in &mut self.by_window {
-                    out.extend(std::mem::take(&mut maps[bin as usize]).iter().map(
-                        |(k, sides)| ([&start.to_be_bytes()[..], k].concat(), encode(sides)),
-                    ));
+                    out.extend(
+                        std::mem::take(&mut maps[bin as usize])
+                            .iter()
+                            .map(|(k, sides)| {
+                                ([&start.to_be_bytes()[..], k].concat(), encode(sides))
+                            }),
+                    );
                 }
                 out
             })

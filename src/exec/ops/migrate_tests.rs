@@ -3,8 +3,6 @@
 //! level with, or ahead of the exporter's watermark) gives exactly the
 //! output of the run without the move.
 
-
-
 use crate::data::{Batch, BatchBuilder, SchemaRef};
 use crate::exec::metrics::OpMetrics;
 use crate::exec::operator::{OpCtx, Operator};
@@ -15,7 +13,9 @@ use crate::plan::OpSpec;
 const BINS: u32 = 16;
 
 /// The operator `op` of a pipeline reading two int-keyed files.
-fn operator(op_toml: &str) -> (Box<dyn Fn() -> Box<dyn Operator>>, Vec<SchemaRef>) {
+type Make = Box<dyn Fn() -> Box<dyn Operator>>;
+
+fn operator(op_toml: &str) -> (Make, Vec<SchemaRef>) {
     let toml = format!(
         r#"
 [node]
@@ -38,7 +38,7 @@ type = "blackhole"
 inputs = ["op"]
 "#
     );
-        let (config, mut d) = crate::config::parse("<test>", &toml);
+    let (config, mut d) = crate::config::parse("<test>", &toml);
     let plan = crate::plan::build(&config, &mut d).unwrap_or_else(|| panic!("{}", d.render()));
     let node = plan.nodes.iter().find(|n| n.id == "op").expect("op");
     let schemas = node
@@ -46,20 +46,26 @@ inputs = ["op"]
         .iter()
         .map(|i| plan.nodes[i.from].outputs[i.from_port].schema.clone())
         .collect();
-    let make: Box<dyn Fn() -> Box<dyn Operator>> = match &node.op {
+    let make: Make = match &node.op {
         OpSpec::Window(w) if matches!(w.kind, crate::config::WindowKind::Session { .. }) => {
- let w = w.clone();
+            let w = w.clone();
             Box::new(move || Box::new(super::SessionWindow::new(w.clone(), BINS, 64)))
         }
-        OpSpec::Window(w) => { let w = w.clone(); Box::new(move || {
-            Box::new(super::Window::<crate::data::WordKey<1>>::new(
-                w.clone(),
-                BINS,
-                64,
-                                None,
-            ))
-        })},
-        OpSpec::Join(j) => { let j = j.clone(); Box::new(move || Box::new(super::Join::new(j.clone(), BINS, 64))) }
+        OpSpec::Window(w) => {
+            let w = w.clone();
+            Box::new(move || {
+                Box::new(super::Window::<crate::data::WordKey<1>>::new(
+                    w.clone(),
+                    BINS,
+                    64,
+                    None,
+                ))
+            })
+        }
+        OpSpec::Join(j) => {
+            let j = j.clone();
+            Box::new(move || Box::new(super::Join::new(j.clone(), BINS, 64)))
+        }
         _ => unreachable!("keyed operators only"),
     };
     (make, schemas)
@@ -91,7 +97,11 @@ fn input(ports: usize) -> Vec<Step> {
             .map(|_| {
                 let key = next(37) as i64;
                 // No late rows around the move (see `check`).
-                let late = if next(10) == 0 && !(24..36).contains(&b) { 250 } else { 0 };
+                let late = if next(10) == 0 && !(24..36).contains(&b) {
+                    250
+                } else {
+                    0
+                };
                 (key, next(100) as i64, base + next(90) as i64 - late)
             })
             .collect();
@@ -178,10 +188,12 @@ fn check(op_toml: &str, ports: usize, skew: i64) {
     let (make, schemas) = operator(op_toml);
     let keys: Vec<crate::data::KeySpec> = schemas
         .iter()
-        .map(|s| crate::data::KeySpec::new(
+        .map(|s| {
+            crate::data::KeySpec::new(
                 vec![s.index_of("key").expect("key")],
                 vec![crate::data::DataType::Int],
-            ))
+            )
+        })
         .collect();
     let steps = input(ports);
     let finish = |h: &mut Harness, op: &mut dyn Operator| {
@@ -238,7 +250,11 @@ fn check(op_toml: &str, ports: usize, skew: i64) {
         moved.apply(old.as_mut(), s, &schemas, &keys);
     }
     finish(&mut moved, old.as_mut());
-    assert_eq!(moved.rows.len(), before, "the exporter emitted after export");
+    assert_eq!(
+        moved.rows.len(),
+        before,
+        "the exporter emitted after export"
+    );
     // The new one gets the watermarks it missed, then the rest.
     for s in steps[new_wm.min(resume)..resume].iter().filter(is_wm) {
         moved.apply(new.as_mut(), s, &schemas, &keys);
@@ -251,9 +267,13 @@ fn check(op_toml: &str, ports: usize, skew: i64) {
     reference.rows.sort();
     moved.rows.sort();
     assert!(!reference.rows.is_empty());
-        if moved.rows != reference.rows {
+    if moved.rows != reference.rows {
         let only = |a: &[String], b: &[String]| -> Vec<String> {
-            a.iter().filter(|r| !b.contains(r)).take(5).cloned().collect()
+            a.iter()
+                .filter(|r| !b.contains(r))
+                .take(5)
+                .cloned()
+                .collect()
         };
         panic!(
             "{op_toml} (skew {skew}): {} rows moved, {} reference; only moved: {:?}; only reference: {:?}",

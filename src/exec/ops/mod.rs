@@ -3,10 +3,10 @@
 pub(crate) mod bin_cache;
 mod dirty;
 mod filter;
-#[cfg(test)]
-mod migrate_tests;
 mod join;
 mod map;
+#[cfg(test)]
+mod migrate_tests;
 mod project;
 mod session;
 mod timers;

@@ -272,13 +272,16 @@ impl Operator for SessionWindow {
         Ok(())
     }
 
-        fn restore_watermark(&mut self, watermark: i64) {
+    fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
 
     /// A bin's keys leave with their sessions; their timers stay behind,
     /// stale and harmless (a due timer finds no state).
-    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
         Ok(bins
             .iter()
             .map(|&bin| {

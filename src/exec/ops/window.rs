@@ -182,7 +182,14 @@ impl<K: GroupKey> Pane<K> {
 
     /// Drops the keys of the bins for which `evict` holds, and compacts
     /// what the remaining keys own.
-        fn evict(&mut self, bins: u32, evict: &[bool], words: usize, o: usize, prefired: &mut Vec<u32>) {
+    fn evict(
+        &mut self,
+        bins: u32,
+        evict: &[bool],
+        words: usize,
+        o: usize,
+        prefired: &mut Vec<u32>,
+    ) {
         self.table.retain(|e| !evict[bin_of(e.hash, bins) as usize]);
         let mut renamed = Vec::with_capacity(prefired.len());
         let (old_spill, old_other) = (
@@ -202,10 +209,10 @@ impl<K: GroupKey> Pane<K> {
                     .iter_mut()
                     .map(|a| a.take().expect("each key's accumulators once")),
             );
-                        if prefired.binary_search(&e.index).is_ok() {
+            if prefired.binary_search(&e.index).is_ok() {
                 renamed.push(self.next);
             }
-                        e.index = self.next;
+            e.index = self.next;
             self.next += 1;
         }
         renamed.sort_unstable();
@@ -388,7 +395,7 @@ impl<K: GroupKey> Window<K> {
                 .or_insert_with(|| Panes::new(end, 0)),
             (None, false) => return Ok(0),
         };
-                // Every instance has the same input watermark at a barrier, so a
+        // Every instance has the same input watermark at a barrier, so a
         // window has fired exactly when the watermark reached its end.
         panes.fired = end - 1 <= watermark;
         panes.watch = panes.fired || !panes.prefired.is_empty();
@@ -482,8 +489,10 @@ impl<K: GroupKey> Window<K> {
             cache.evicted(b);
         }
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
-                for panes in self.windows.values_mut() {
-            panes.pane.evict(bins, &evict, words, o, &mut panes.prefired);
+        for panes in self.windows.values_mut() {
+            panes
+                .pane
+                .evict(bins, &evict, words, o, &mut panes.prefired);
         }
         tracing::debug!(
             bins = victims.len(),
@@ -592,7 +601,7 @@ impl<K: GroupKey> Operator for Window<K> {
                         ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
-                                        let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     counted(hash, new);
                     if panes.watch && (panes.fired || panes.prefired.binary_search(&e).is_ok()) {
                         refire.push((start, hash, e));
@@ -608,7 +617,7 @@ impl<K: GroupKey> Operator for Window<K> {
                     let panes = windows
                         .entry(w.start)
                         .or_insert_with(|| Panes::new(w.end, expected));
-                                        let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
+                    let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     counted(hash, new);
                     if panes.watch && (panes.fired || panes.prefired.binary_search(&e).is_ok()) {
                         refire.push((w.start, hash, e));
@@ -660,7 +669,7 @@ impl<K: GroupKey> Operator for Window<K> {
             if panes.end - 1 > watermark {
                 break;
             }
-                        if !panes.fired {
+            if !panes.fired {
                 panes.fired = true;
                 panes.watch = true;
                 firing.push((start, panes.end));
@@ -764,11 +773,14 @@ impl<K: GroupKey> Operator for Window<K> {
         Ok(())
     }
 
-        fn restore_watermark(&mut self, watermark: i64) {
+    fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
 
-    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
         self.export(bins)
     }
 
@@ -786,7 +798,7 @@ impl<K: GroupKey> Window<K> {
     /// See [`Operator::export_bins`]. Bins evicted to the store are read
     /// back first; what leaves is no longer this instance's to
     /// checkpoint.
-    fn export(&mut self, bins: &[u32]) -> Result<Vec<Vec<(Vec<u8>, Vec<u8>)>>, String> {
+    fn export(&mut self, bins: &[u32]) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
         let n = self.dirty.bins();
         if let Some(cache) = &self.cache {
             let missing: Vec<u32> = bins
@@ -816,7 +828,8 @@ impl<K: GroupKey> Window<K> {
         for (i, &b) in bins.iter().enumerate() {
             slot_of[b as usize] = i as u32;
         }
-        let mut out: Vec<Vec<(Vec<u8>, Vec<u8>)>> = bins.iter().map(|_| Vec::new()).collect();
+        let mut out: Vec<crate::exec::operator::BinEntries> =
+            bins.iter().map(|_| Vec::new()).collect();
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
         let mut leaving = vec![false; n as usize];
         for &b in bins {
@@ -844,9 +857,7 @@ impl<K: GroupKey> Window<K> {
                 ));
             }
             if any {
-                panes
-                    .pane
-                    .evict(n, &leaving, words, o, &mut panes.prefired);
+                panes.pane.evict(n, &leaving, words, o, &mut panes.prefired);
                 panes.watch = panes.fired || !panes.prefired.is_empty();
             }
         }
@@ -880,7 +891,7 @@ impl<K: GroupKey> Window<K> {
         }
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
         let watermark = self.watermark;
-                let mut due = Vec::new();
+        let mut due = Vec::new();
         let mut keys = 0;
         let plan = self.plan.clone();
         let mut gone = self.output(ctx, 0);
@@ -904,7 +915,15 @@ impl<K: GroupKey> Window<K> {
                 // exporter had not, then gone.
                 if !stored.fired {
                     let k = K::from_encoded(&plan.key, group);
-                    gone.row_parts(&plan, &self.aggs, &k, &stored.num, &stored.other, start, end);
+                    gone.row_parts(
+                        &plan,
+                        &self.aggs,
+                        &k,
+                        &stored.num,
+                        &stored.other,
+                        start,
+                        end,
+                    );
                 }
                 continue;
             }
@@ -931,7 +950,7 @@ impl<K: GroupKey> Window<K> {
                 (false, true) => due.push((start, hash, index)),
                 _ => {}
             }
-                        self.expected_keys = self.expected_keys.max(panes.pane.table.len());
+            self.expected_keys = self.expected_keys.max(panes.pane.table.len());
         }
         gone.done();
         for panes in self.windows.values_mut() {
@@ -942,7 +961,7 @@ impl<K: GroupKey> Window<K> {
             cache.touch(bin);
             self.dirty.mark_bin(bin);
         }
-                if !due.is_empty() {
+        if !due.is_empty() {
             let mut out = self.output(ctx, due.len().min(self.batch_size));
             for &(start, hash, index) in &due {
                 let panes = &self.windows[&start];
@@ -964,7 +983,7 @@ impl<K: GroupKey> Window<K> {
 
 impl<K: GroupKey> Panes<K> {
     fn new(end: i64, keys: usize) -> Panes<K> {
-                Panes {
+        Panes {
             end,
             fired: false,
             prefired: Vec::new(),
