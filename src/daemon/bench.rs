@@ -13,6 +13,10 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             runs,
             json,
         } => super::instrumentation::bench(events, workers, runs, json),
+        Workload::Migration { keys, plot, json } => {
+            super::bench_migration::migration(json, keys, &plot)
+        }
+        Workload::Bins { events, json } => super::bench_migration::bins(events, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

@@ -200,6 +200,32 @@ pub(crate) enum Workload {
         #[arg(long)]
         json: bool,
     },
+    /// Live bin migration under load: per strategy, max and p99 latency
+    /// through the keyed operator during the move, its duration, the
+    /// steady p99, peak extra memory, lost and duplicated records; writes
+    /// a latency-over-time SVG.
+    Migration {
+        /// Distinct keys of the keyed state.
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: u64,
+        /// Where to write the latency plot.
+        #[arg(long, default_value = "migration-latency.svg")]
+        plot: std::path::PathBuf,
+        /// Print `{"strategies": [{"strategy", "max_latency_ms",
+        /// "p99_latency_ms", "steady_p99_ms", "duration_ms",
+        /// "peak_extra_bytes", "lost", "duplicated"}]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cost of the bin interface: keyed count throughput at 1, 2^8,
+    /// 2^12 and 2^16 bins.
+    Bins {
+        /// Events per run.
+        #[arg(long, default_value_t = 4_000_000)]
+        events: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Scaling decisions in the seeded simulator: DS2 against a CPU
     /// threshold (70 %, HPA-like) over the same scenarios (pure
     /// computation, no pipeline runs).

@@ -3,6 +3,7 @@
 
 pub mod api;
 mod bench;
+mod bench_migration;
 mod cli;
 pub mod cluster;
 pub(crate) mod distribute;
@@ -11,6 +12,7 @@ mod gossip;
 pub(crate) mod http;
 mod instrumentation;
 mod load;
+pub mod migration_api;
 mod notify;
 mod peers;
 mod prometheus;

@@ -6,6 +6,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
 pub(crate) mod metrics;
+mod migration;
 pub(crate) mod operator;
 mod ops;
 pub(crate) mod remote;
@@ -60,6 +61,24 @@ pub(crate) struct Shared {
     pub(crate) restored: Option<Arc<crate::state::CheckpointRecord>>,
     /// Closes the network sources before a final checkpoint.
     pub(crate) ingest: crate::io::IngestControl,
+    /// Live bin migration between this process's workers (`None` in a
+    /// distributed run).
+    pub(crate) migration: Option<Arc<migration::Control>>,
+    /// A latency probe on one node (`eddy bench migration`); unset, it
+    /// costs one load per delivered batch.
+    pub(crate) probe: OnceLock<Arc<Probe>>,
+    /// Workers about to return (every instance ended); a migration does
+    /// not start while one is, and none returns while one runs.
+    pub(crate) finishing: std::sync::atomic::AtomicUsize,
+}
+
+/// Records, for batches that `node` has applied, when (since `origin`)
+/// and how long after its oldest record was emitted by a source.
+pub(crate) struct Probe {
+    pub(crate) node: usize,
+    pub(crate) origin: Instant,
+    /// Per local worker: (ns since origin, latency ns).
+    pub(crate) samples: Vec<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl Shared {
@@ -299,6 +318,11 @@ impl Running {
         if let Some(h) = self.committer.take() {
             let _ = h.join();
         }
+    }
+
+    /// The run's shared state (to trigger a migration, set a probe).
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     pub(crate) fn reporter(&self) -> Reporter {

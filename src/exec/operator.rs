@@ -7,6 +7,9 @@ use super::metrics::OpMetrics;
 use crate::data::Batch;
 use crate::io::dead_letter::DeadLetter;
 
+/// One bin's state: `(key, value)` entries, as checkpoints store them.
+pub(crate) type BinEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One instance of a transform or sink on one worker.
 ///
 /// The worker calls these methods; none of them may block on IO (sinks hand
@@ -40,6 +43,29 @@ pub(crate) trait Operator: Send {
 
     /// Before any input: the watermark the operator had at the checkpoint.
     fn restore_watermark(&mut self, _watermark: i64) {}
+
+    /// While running (a live migration): removes the whole state of each
+    /// of `bins` (open windows, pending timers) and returns it, per bin
+    /// in the order asked, in the entry form [`Operator::restore`] and
+    /// [`Operator::install_bin`] take. One call for many bins, so that
+    /// operators whose state spans bins scan it once. Stateless operators
+    /// keep the default.
+    fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<BinEntries>, String> {
+        Ok(bins.iter().map(|_| Vec::new()).collect())
+    }
+
+    /// While running: installs a bin another instance exported. What is
+    /// already due at this instance's watermark (windows whose end it
+    /// passed, timers) happens now, through `ctx`; what the exporter had
+    /// already emitted is not emitted again.
+    fn install_bin(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        _ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        self.restore(bin, entries)
+    }
 }
 
 /// What an operator may do while it runs.

@@ -213,6 +213,12 @@ async fn send_stream(
                     ended = true;
                     Frame::Marker(Marker::End)
                 }
+                // Bins move between the workers of one process only: a
+                // distributed run never starts a migration.
+                Body::Marker(_) | Body::State { .. } => {
+                    next = rx.try_recv().ok();
+                    continue;
+                }
             };
             frames.push(frame);
             if ended || frames.len() == FRAMES_PER_WRITE {

@@ -74,6 +74,23 @@ pub(crate) fn start_with(
         open_state(&plan)?
     };
     let ingest = io::IngestControl::new(stop.clone());
+    // Keyed nodes (those with exchange inputs) and the edge each one's
+    // migrating bin state travels on: its first exchange input.
+    let mut keyed = Vec::new();
+    let mut state_edge = vec![None; plan.nodes.len()];
+    let mut next_edge = 0;
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let ports: Vec<usize> = (0..node.inputs.len())
+            .filter(|&p| node.inputs[p].exchange.is_some())
+            .collect();
+        if let Some(_first) = ports.first() {
+            state_edge[i] = Some(next_edge);
+            next_edge += ports.len();
+            keyed.push(crate::migrate::KeyedNode { node: i, ports });
+        }
+    }
+    let (migration, mut migrations) =
+        super::migration::setup(workers, &assignment, &keyed, state_edge, cluster.is_none());
     let shared = Arc::new(Shared {
         workers,
         global_workers,
@@ -91,6 +108,9 @@ pub(crate) fn start_with(
         checkpoints,
         restored,
         ingest,
+        migration,
+        probe: OnceLock::new(),
+        finishing: std::sync::atomic::AtomicUsize::new(0),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.
@@ -482,6 +502,19 @@ pub(crate) fn start_with(
             drain_order,
             rows_by_worker: vec![Vec::new(); global_workers],
             injected: checkpoint,
+            mig: if cluster.is_none() {
+                std::mem::replace(
+                    &mut migrations[w],
+                    super::migration::WorkerMigration::fixed(w, workers, &[0], &[]),
+                )
+            } else {
+                super::migration::WorkerMigration::fixed(
+                    first_worker + w,
+                    global_workers,
+                    &shared.assignment,
+                    &keyed,
+                )
+            },
         };
         let shared_for_thread = shared.clone();
         let handle = std::thread::Builder::new()

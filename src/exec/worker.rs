@@ -36,6 +36,15 @@ pub(crate) enum Body {
     /// `id`.
     Barrier(u64),
     End,
+    /// Live migration: the sender's routes switched to epoch's table;
+    /// everything before it was routed the old way.
+    Marker(u64),
+    /// Live migration: the whole state of a bin, from its old owner.
+    State {
+        bin: u32,
+        epoch: u64,
+        entries: super::migration::BinState,
+    },
 }
 
 /// Where one output of a node goes.
@@ -116,6 +125,9 @@ pub(crate) struct Worker {
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
     /// The newest checkpoint whose barrier this worker's sources injected.
     pub(crate) injected: u64,
+    /// Live migration: the router's table (bin -> global worker) and what
+    /// moving bins needs (`migration.rs`).
+    pub(crate) mig: super::migration::WorkerMigration,
 }
 
 /// Messages handled per inbox per round, so that sources keep a fair share.
@@ -133,7 +145,8 @@ impl Worker {
             if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
                 return;
             }
-            let mut progressed = self.drain_inboxes(0);
+            let mut progressed = self.poll_migration();
+            progressed |= self.drain_inboxes(0);
             let mut wake_at: Option<Instant> = None;
             let stop = self.shared.stop.load(Relaxed);
             // A requested checkpoint: barriers go out first, then the
@@ -142,7 +155,12 @@ impl Worker {
             let mut paused = false;
             if let Some(cp) = self.shared.checkpoints.clone() {
                 let requested = cp.requested();
-                if requested > self.injected {
+                let migrating = self
+                    .shared
+                    .migration
+                    .as_ref()
+                    .is_some_and(|m| m.migrating.load(Relaxed));
+                if requested > self.injected && !migrating {
                     self.inject_barrier(requested);
                     progressed = true;
                 }
@@ -177,7 +195,7 @@ impl Worker {
                     }
                 }
             }
-            if self.nodes.iter().all(|n| n.ended) {
+            if self.nodes.iter().all(|n| n.ended) && self.may_finish() {
                 return;
             }
             if !progressed {
@@ -216,13 +234,24 @@ impl Worker {
     }
 
     /// Runs `node`'s operator on a batch arriving at `port`.
-    fn deliver(&mut self, node: usize, port: usize, batch: Batch) {
+    pub(super) fn deliver(&mut self, node: usize, port: usize, batch: Batch) {
         let rows = batch.len() as u64;
+        if let Some(probe) = self.shared.probe.get().filter(|p| p.node == node) {
+            let emitted = batch.ingest_ns().iter().copied().min().unwrap_or(0);
+            let probe = probe.clone();
+            self.call(node, rows, |op, ctx| op.on_batch(port, batch, ctx));
+            let now = super::clock::now_ns();
+            let at = probe.origin.elapsed().as_nanos() as u64;
+            if let Ok(mut s) = probe.samples[self.id].lock() {
+                s.push((at, now.saturating_sub(emitted)));
+            }
+            return;
+        }
         self.call(node, rows, |op, ctx| op.on_batch(port, batch, ctx));
     }
 
     /// Calls into `node`'s operator, measures it, and routes what it emits.
-    fn call(
+    pub(super) fn call(
         &mut self,
         node: usize,
         rows_in: u64,
@@ -304,8 +333,9 @@ impl Worker {
         let bins = self.shared.bins;
         let mut rows = std::mem::take(&mut self.rows_by_worker);
         rows.iter_mut().for_each(Vec::clear);
+        let table = self.mig.machine.table();
         for (i, &h) in hashes.iter().enumerate() {
-            rows[self.shared.assignment[bin_of(h, bins) as usize] as usize].push(i as u32);
+            rows[table[bin_of(h, bins) as usize] as usize].push(i as u32);
         }
         batch.set_key_hash(hashes);
         let mut local = None;
@@ -326,13 +356,13 @@ impl Worker {
         }
         self.rows_by_worker = rows;
         if let Some(part) = local {
-            self.deliver(to, port, part);
+            self.deliver_keyed(to, port, part);
         }
     }
 
     /// Sends on an exchange channel; while it is full, drains this worker's
     /// inboxes downstream of the edge (see the module comment).
-    fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
+    pub(super) fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
         let mut msg = Message {
             from: self.global as u32,
             body,
@@ -383,10 +413,13 @@ impl Worker {
                 }
                 let (node, port) = (self.edges[edge].node, self.edges[edge].port);
                 match msg.body {
-                    Body::Batch(b) => self.deliver(node, port, b),
+                    Body::Batch(b) => self.deliver_keyed(node, port, b),
                     Body::Watermark(wm) => self.input_watermark(node, port, sender, wm),
                     Body::Barrier(id) => self.input_barrier(node, port, sender, id),
                     Body::End => self.input_end(node, port, sender),
+                    body @ (Body::Marker(_) | Body::State { .. }) => {
+                        self.migration_body(node, port, sender, body)
+                    }
                 }
             }
         }
@@ -401,6 +434,16 @@ impl Worker {
             return;
         }
         *slot = wm;
+        self.advance_watermark(node);
+    }
+
+    /// Advances `node`'s operator to the minimum of its inputs'
+    /// watermarks, unless a bin coming to it holds it back.
+    pub(super) fn advance_watermark(&mut self, node: usize) {
+        if self.watermark_held(node) {
+            return;
+        }
+        let state = &mut self.nodes[node];
         let min = state
             .ports
             .iter()
@@ -438,13 +481,14 @@ impl Worker {
             .ports
             .iter()
             .all(|p| p.ended.iter().all(|&e| e))
+            && !self.defer_end(node)
         {
             self.end_node(node);
         }
     }
 
     /// Every input of `node` ended (or, for a source, the source did).
-    fn end_node(&mut self, node: usize) {
+    pub(super) fn end_node(&mut self, node: usize) {
         if std::mem::replace(&mut self.nodes[node].ended, true) {
             return;
         }
@@ -625,7 +669,10 @@ impl Worker {
                     Body::Watermark(x) => Body::Watermark(*x),
                     Body::Barrier(x) => Body::Barrier(*x),
                     Body::End => Body::End,
-                    Body::Batch(_) => unreachable!("only control messages are broadcast"),
+                    Body::Marker(x) => Body::Marker(*x),
+                    Body::Batch(_) | Body::State { .. } => {
+                        unreachable!("only control messages are broadcast")
+                    }
                 };
                 self.send(from, edge, w, b);
             }

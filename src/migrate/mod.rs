@@ -1,8 +1,6 @@
 //! Live migration of keyed state between workers (Megaphone-style): plans
 //! from one bin assignment to another, and the sans-IO protocol that moves
 //! bins while the pipeline runs. The worker threads (src/exec) drive it.
-// Until src/exec drives it (branch mig-engine), only the tests use it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 pub(crate) mod plan;
 pub(crate) mod protocol;

@@ -324,6 +324,54 @@ impl Operator for Join {
     fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
+
+    /// A bin's keys leave with their rows (every open window's, for
+    /// tumbling joins); expiry timers stay behind, stale and harmless.
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
+        let encode = |sides: &Sides| postcard::to_stdvec(sides).expect("join state encodes");
+        Ok(bins
+            .iter()
+            .map(|&bin| {
+                self.dirty.unmark(bin);
+                let mut out = Vec::new();
+                if let Some(map) = self.by_bin.get_mut(bin as usize) {
+                    out.extend(
+                        std::mem::take(map)
+                            .iter()
+                            .map(|(k, sides)| (k.to_vec(), encode(sides))),
+                    );
+                }
+                for (start, maps) in &mut self.by_window {
+                    out.extend(
+                        std::mem::take(&mut maps[bin as usize])
+                            .iter()
+                            .map(|(k, sides)| {
+                                ([&start.to_be_bytes()[..], k].concat(), encode(sides))
+                            }),
+                    );
+                }
+                out
+            })
+            .collect())
+    }
+
+    /// Installs as a restore does, then does what is due at this
+    /// watermark (a tumbling window already past its end joins now).
+    fn install_bin(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        self.restore(bin, entries)?;
+        self.dirty.mark_bin(bin);
+        let watermark = self.watermark;
+        self.on_watermark(watermark, ctx);
+        Ok(())
+    }
 }
 
 /// The rows of `key`, allocating the key only when it is new.

@@ -5,6 +5,8 @@ mod dirty;
 mod filter;
 mod join;
 mod map;
+#[cfg(test)]
+mod migrate_tests;
 mod project;
 mod session;
 mod timers;

@@ -275,4 +275,40 @@ impl Operator for SessionWindow {
     fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
+
+    /// A bin's keys leave with their sessions; their timers stay behind,
+    /// stale and harmless (a due timer finds no state).
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
+        Ok(bins
+            .iter()
+            .map(|&bin| {
+                self.dirty.unmark(bin);
+                std::mem::take(&mut self.state[bin as usize])
+                    .into_iter()
+                    .map(|(key, sessions)| {
+                        let value = postcard::to_stdvec(&sessions).expect("sessions encode");
+                        (key.into_vec(), value)
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Installs as a restore does (which schedules each session's timer),
+    /// then fires the timers already due at this watermark.
+    fn install_bin(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        self.restore(bin, entries)?;
+        self.dirty.mark_bin(bin);
+        let watermark = self.watermark;
+        self.on_watermark(watermark, ctx);
+        Ok(())
+    }
 }

@@ -68,6 +68,13 @@ struct StoredEntry {
 struct Panes<K> {
     end: i64,
     fired: bool,
+    /// Entries (by index) that arrived by migration from an instance that
+    /// had already fired this window while this one has not: firing here
+    /// skips them, and a late update re-emits them as for a fired window.
+    prefired: Vec<u32>,
+    /// `fired || !prefired.is_empty()`: the one test the per-row path
+    /// makes.
+    watch: bool,
     pane: Pane<K>,
 }
 
@@ -175,8 +182,16 @@ impl<K: GroupKey> Pane<K> {
 
     /// Drops the keys of the bins for which `evict` holds, and compacts
     /// what the remaining keys own.
-    fn evict(&mut self, bins: u32, evict: &[bool], words: usize, o: usize) {
+    fn evict(
+        &mut self,
+        bins: u32,
+        evict: &[bool],
+        words: usize,
+        o: usize,
+        prefired: &mut Vec<u32>,
+    ) {
         self.table.retain(|e| !evict[bin_of(e.hash, bins) as usize]);
+        let mut renamed = Vec::with_capacity(prefired.len());
         let (old_spill, old_other) = (
             std::mem::take(&mut self.spill),
             std::mem::take(&mut self.other),
@@ -194,9 +209,14 @@ impl<K: GroupKey> Pane<K> {
                     .iter_mut()
                     .map(|a| a.take().expect("each key's accumulators once")),
             );
+            if prefired.binary_search(&e.index).is_ok() {
+                renamed.push(self.next);
+            }
             e.index = self.next;
             self.next += 1;
         }
+        renamed.sort_unstable();
+        *prefired = renamed;
     }
 
     fn num<'a>(&'a self, entry: &'a Entry<K>, words: usize) -> &'a [u64] {
@@ -378,6 +398,7 @@ impl<K: GroupKey> Window<K> {
         // Every instance has the same input watermark at a barrier, so a
         // window has fired exactly when the watermark reached its end.
         panes.fired = end - 1 <= watermark;
+        panes.watch = panes.fired || !panes.prefired.is_empty();
         let hash = self.plan.key.hash_encoded(group);
         panes.pane.insert(
             hash,
@@ -469,7 +490,9 @@ impl<K: GroupKey> Window<K> {
         }
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
         for panes in self.windows.values_mut() {
-            panes.pane.evict(bins, &evict, words, o);
+            panes
+                .pane
+                .evict(bins, &evict, words, o, &mut panes.prefired);
         }
         tracing::debug!(
             bins = victims.len(),
@@ -580,7 +603,7 @@ impl<K: GroupKey> Operator for Window<K> {
                     let (_, panes) = current.as_mut().expect("set above");
                     let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     counted(hash, new);
-                    if panes.fired {
+                    if panes.watch && (panes.fired || panes.prefired.binary_search(&e).is_ok()) {
                         refire.push((start, hash, e));
                     }
                 }
@@ -596,7 +619,7 @@ impl<K: GroupKey> Operator for Window<K> {
                         .or_insert_with(|| Panes::new(w.end, expected));
                     let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     counted(hash, new);
-                    if panes.fired {
+                    if panes.watch && (panes.fired || panes.prefired.binary_search(&e).is_ok()) {
                         refire.push((w.start, hash, e));
                     }
                 }
@@ -648,10 +671,14 @@ impl<K: GroupKey> Operator for Window<K> {
             }
             if !panes.fired {
                 panes.fired = true;
+                panes.watch = true;
                 firing.push((start, panes.end));
                 self.expected_keys = panes.pane.table.len();
+                let prefired = std::mem::take(&mut panes.prefired);
                 for entry in panes.pane.table.iter() {
-                    out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
+                    if prefired.is_empty() || prefired.binary_search(&entry.index).is_err() {
+                        out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
+                    }
                 }
             }
         }
@@ -749,6 +776,209 @@ impl<K: GroupKey> Operator for Window<K> {
     fn restore_watermark(&mut self, watermark: i64) {
         self.watermark = watermark;
     }
+
+    fn export_bins(
+        &mut self,
+        bins: &[u32],
+    ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
+        self.export(bins)
+    }
+
+    fn install_bin(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        self.install_running(bin, entries, ctx)
+    }
+}
+
+impl<K: GroupKey> Window<K> {
+    /// See [`Operator::export_bins`]. Bins evicted to the store are read
+    /// back first; what leaves is no longer this instance's to
+    /// checkpoint.
+    fn export(&mut self, bins: &[u32]) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
+        let n = self.dirty.bins();
+        if let Some(cache) = &self.cache {
+            let missing: Vec<u32> = bins
+                .iter()
+                .copied()
+                .filter(|&b| !cache.is_resident(b))
+                .collect();
+            for bin in missing {
+                let chunks = self
+                    .cache
+                    .as_ref()
+                    .expect("checked above")
+                    .read(bin)
+                    .map_err(|e| e.0)?;
+                let mut keys = 0;
+                for chunk in chunks {
+                    for (key, value) in chunk.entries {
+                        keys += self.install(&key, &value, true)?;
+                    }
+                }
+                let cache = self.cache.as_mut().expect("checked above");
+                cache.loaded(bin);
+                cache.added(bin, keys);
+            }
+        }
+        let mut slot_of = vec![u32::MAX; n as usize];
+        for (i, &b) in bins.iter().enumerate() {
+            slot_of[b as usize] = i as u32;
+        }
+        let mut out: Vec<crate::exec::operator::BinEntries> =
+            bins.iter().map(|_| Vec::new()).collect();
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        let mut leaving = vec![false; n as usize];
+        for &b in bins {
+            leaving[b as usize] = true;
+        }
+        for (&start, panes) in &mut self.windows {
+            let mut any = false;
+            for entry in panes.pane.table.iter() {
+                let slot = slot_of[bin_of(entry.hash, n) as usize];
+                if slot == u32::MAX {
+                    continue;
+                }
+                any = true;
+                let mut key = start.to_be_bytes().to_vec();
+                entry.key.encode(&self.plan.key, &mut key);
+                let i = entry.index as usize;
+                let stored = StoredEntry {
+                    fired: panes.fired || panes.prefired.binary_search(&entry.index).is_ok(),
+                    num: panes.pane.num(entry, words)[..words].to_vec(),
+                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
+                };
+                out[slot as usize].push((
+                    key,
+                    postcard::to_stdvec(&stored).expect("window state encodes"),
+                ));
+            }
+            if any {
+                panes.pane.evict(n, &leaving, words, o, &mut panes.prefired);
+                panes.watch = panes.fired || !panes.prefired.is_empty();
+            }
+        }
+        for (&b, entries) in bins.iter().zip(&out) {
+            self.dirty.unmark(b);
+            if let Some(cache) = &mut self.cache {
+                cache.removed(b, entries.len() as u64);
+                cache.superseded(b);
+            }
+        }
+        Ok(out)
+    }
+
+    /// See [`Operator::install_bin`]: keys of windows this instance has
+    /// fired (its watermark passed their end) but the exporter had not
+    /// are emitted now; keys the exporter had emitted for windows this
+    /// instance has not fired are remembered as already fired.
+    fn install_running(
+        &mut self,
+        bin: u32,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        ctx: &mut OpCtx<'_>,
+    ) -> Result<(), String> {
+        if let Some(cache) = &mut self.cache {
+            // A version of the bin from when this instance owned it
+            // before is stale: the incoming state replaces it.
+            if !cache.is_resident(bin) {
+                cache.loaded(bin);
+            }
+            cache.superseded(bin);
+        }
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        let watermark = self.watermark;
+        let mut due = Vec::new();
+        let mut keys = 0;
+        let plan = self.plan.clone();
+        let mut gone = self.output(ctx, 0);
+        for (key, value) in entries {
+            let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
+            let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
+            let end = start + self.size_ms;
+            let stored: StoredEntry = postcard::from_bytes(&value)
+                .map_err(|e| format!("undecodable window state: {e}"))?;
+            if stored.num.len() != words || stored.other.len() != o {
+                return Err(format!(
+                    "a key holds {} + {} accumulators, the window computes {} + {}",
+                    stored.num.len(),
+                    stored.other.len(),
+                    words,
+                    o
+                ));
+            }
+            if Self::expired(end, plan.allowed_lateness_ms, watermark) {
+                // Past this instance's lateness: emitted now if the
+                // exporter had not, then gone.
+                if !stored.fired {
+                    let k = K::from_encoded(&plan.key, group);
+                    gone.row_parts(
+                        &plan,
+                        &self.aggs,
+                        &k,
+                        &stored.num,
+                        &stored.other,
+                        start,
+                        end,
+                    );
+                }
+                continue;
+            }
+            let panes = self.windows.entry(start).or_insert_with(|| {
+                let mut p = Panes::new(end, 0);
+                p.fired = end - 1 <= watermark;
+                p.watch = p.fired;
+                p
+            });
+            let hash = self.plan.key.hash_encoded(group);
+            let index = panes.pane.next;
+            panes.pane.insert(
+                hash,
+                K::from_encoded(&self.plan.key, group),
+                &stored.num,
+                stored.other,
+            );
+            keys += 1;
+            match (stored.fired, panes.fired) {
+                (true, false) => {
+                    panes.prefired.push(index);
+                    panes.watch = true;
+                }
+                (false, true) => due.push((start, hash, index)),
+                _ => {}
+            }
+            self.expected_keys = self.expected_keys.max(panes.pane.table.len());
+        }
+        gone.done();
+        for panes in self.windows.values_mut() {
+            panes.prefired.sort_unstable();
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.added(bin, keys);
+            cache.touch(bin);
+            self.dirty.mark_bin(bin);
+        }
+        if !due.is_empty() {
+            let mut out = self.output(ctx, due.len().min(self.batch_size));
+            for &(start, hash, index) in &due {
+                let panes = &self.windows[&start];
+                let entry = panes
+                    .pane
+                    .table
+                    .find(hash, |e| e.index == index)
+                    .expect("an installed entry exists");
+                out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
+            }
+            out.done();
+        }
+        if self.cache.as_ref().is_some_and(|c| c.over_budget()) {
+            self.shrink()?;
+        }
+        Ok(())
+    }
 }
 
 impl<K: GroupKey> Panes<K> {
@@ -756,6 +986,8 @@ impl<K: GroupKey> Panes<K> {
         Panes {
             end,
             fired: false,
+            prefired: Vec::new(),
+            watch: false,
             pane: Pane::with_capacity(keys),
         }
     }

@@ -1,0 +1,544 @@
+//! Live bin migration between the workers of a running pipeline, driven by
+//! the sans-IO machines of `crate::migrate`: a [`Coordinator`] run by
+//! whoever asks for a rebalance ([`Shared::rebalance`]), and a
+//! [`Migrator`] per worker, fed from the worker loop.
+//!
+//! Per worker: control messages (Prepare, Switch) come on a channel and
+//! are handled between batches; markers and bin state travel on the
+//! exchange channels, in order with the records; records of a bin whose
+//! state has not arrived yet are held per (node, bin), in arrival order.
+//! The hot path pays one `idle()` test per exchanged batch.
+//!
+//! Within one process only: bins do not yet move between the members of a
+//! distributed run (the bodies have no wire form).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use super::worker::{Body, Worker};
+use crate::data::Batch;
+use crate::kernel::hash::bin_of;
+use crate::migrate::{
+    Assignment, CoordInput, CoordOutput, Coordinator, Input, Migrator, Output, Report, Strategy,
+};
+
+/// Entries of one bin, as `Operator::export_bins` gives them.
+pub(crate) type BinState = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Held records beyond which a warning is logged (they stay in memory:
+/// the bin's state is on its way on the same channels, so refusing them
+/// would stall it).
+const HELD_ROWS_WARN: usize = 1 << 20;
+
+/// How long a rebalance waits for the workers before giving up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The run-wide side: the coordinator and the channels to the workers.
+pub(crate) struct Control {
+    to_workers: Vec<flume::Sender<Input>>,
+    from_workers: flume::Receiver<CoordInput>,
+    coordinator: Mutex<Coordinator>,
+    origin: Instant,
+    /// Set while a migration runs: no checkpoint barrier is injected.
+    pub(crate) migrating: AtomicBool,
+}
+
+/// One worker's side.
+pub(crate) struct WorkerMigration {
+    pub(crate) machine: Migrator,
+    control: Option<flume::Receiver<Input>>,
+    to_coordinator: Option<flume::Sender<CoordInput>>,
+    /// Records held per (node, bin): (port, rows) in arrival order.
+    held: HashMap<(usize, u32), Vec<(usize, Batch)>>,
+    held_rows: usize,
+    warned: bool,
+    /// Bin state arrived and not installed yet.
+    arrived: HashMap<(usize, u32), BinState>,
+    /// Per node: the exchange edge bin state is sent on (its first).
+    state_edge: Vec<Option<usize>>,
+    /// Nodes whose inputs all ended while a bin was still coming.
+    deferred_end: Vec<usize>,
+    /// Per node: its watermark is held until its outgoing bins left. A
+    /// sender's watermark that comes after its marker may be ahead of
+    /// records it already sent the new owner: applied here before the
+    /// export, it would fire the bin's windows without them, and the new
+    /// owner would fire them again with the rest.
+    out_held: Vec<bool>,
+}
+
+/// Builds the control of a single-process run of `workers` workers and
+/// each worker's side.
+pub(crate) fn setup(
+    workers: usize,
+    assignment: &[u16],
+    keyed: &[crate::migrate::KeyedNode],
+    state_edge: Vec<Option<usize>>,
+    single_process: bool,
+) -> (Option<std::sync::Arc<Control>>, Vec<WorkerMigration>) {
+    let current = Assignment::new(0, assignment.iter().map(|&w| w as u32).collect());
+    let (coord_tx, coord_rx) = flume::unbounded();
+    let mut to_workers = Vec::new();
+    let mut sides = Vec::new();
+    for w in 0..workers {
+        let (tx, rx) = flume::unbounded();
+        to_workers.push(tx);
+        sides.push(WorkerMigration {
+            machine: Migrator::new(w as u32, workers as u32, &current, keyed),
+            control: single_process.then_some(rx),
+            to_coordinator: single_process.then(|| coord_tx.clone()),
+            held: HashMap::new(),
+            held_rows: 0,
+            warned: false,
+            arrived: HashMap::new(),
+            out_held: vec![false; state_edge.len()],
+            state_edge: state_edge.clone(),
+            deferred_end: Vec::new(),
+        });
+    }
+    let control = single_process.then(|| {
+        std::sync::Arc::new(Control {
+            to_workers,
+            from_workers: coord_rx,
+            coordinator: Mutex::new(Coordinator::new(workers as u32, current)),
+            origin: Instant::now(),
+            migrating: AtomicBool::new(false),
+        })
+    });
+    (control, sides)
+}
+
+impl WorkerMigration {
+    /// For workers of a distributed run (no migration there yet): the
+    /// router's table is the cluster's assignment.
+    pub(crate) fn fixed(
+        me: usize,
+        workers: usize,
+        assignment: &[u16],
+        keyed: &[crate::migrate::KeyedNode],
+    ) -> WorkerMigration {
+        let current = Assignment::new(0, assignment.iter().map(|&w| w as u32).collect());
+        WorkerMigration {
+            machine: Migrator::new(me as u32, workers as u32, &current, keyed),
+            control: None,
+            to_coordinator: None,
+            held: HashMap::new(),
+            held_rows: 0,
+            warned: false,
+            arrived: HashMap::new(),
+            state_edge: Vec::new(),
+            deferred_end: Vec::new(),
+            out_held: Vec::new(),
+        }
+    }
+}
+
+impl Shared {
+    /// Moves bins between this run's workers while it runs, from the
+    /// current assignment to `target` (default: even), step by step as
+    /// `strategy` says; returns when every step is done. One at a time.
+    pub(crate) fn rebalance(
+        &self,
+        target: Option<Vec<u32>>,
+        strategy: Strategy,
+    ) -> Result<Report, String> {
+        let control = self.migration.as_ref().ok_or(
+            "bins move between the workers of one process only (not in a distributed run)",
+        )?;
+        let mut coordinator = control
+            .coordinator
+            .try_lock()
+            .map_err(|_| "a migration is already running")?;
+        let target =
+            target.unwrap_or_else(|| crate::migrate::even(self.bins, self.global_workers as u32));
+        if target.len() != self.bins as usize {
+            return Err(format!(
+                "the target assignment has {} bins, the run {}",
+                target.len(),
+                self.bins
+            ));
+        }
+        // With `may_finish`: either that worker stays for the migration,
+        // or the migration sees it leaving and does not start.
+        control.migrating.store(true, SeqCst);
+        if self.finishing.load(SeqCst) > 0 {
+            control.migrating.store(false, SeqCst);
+            return Err("the input has ended: no migration now".into());
+        }
+        let result = self.drive(control, &mut coordinator, &target, strategy);
+        control.migrating.store(false, Relaxed);
+        result
+    }
+
+    fn drive(
+        &self,
+        control: &Control,
+        coordinator: &mut Coordinator,
+        target: &[u32],
+        strategy: Strategy,
+    ) -> Result<Report, String> {
+        // A checkpoint in flight finishes first (a snapshot taken while a
+        // bin is between workers would miss it).
+        if let Some(cp) = &self.checkpoints {
+            let deadline = Instant::now() + STEP_TIMEOUT;
+            while cp.aligned() < cp.requested() {
+                if Instant::now() > deadline || self.failed.load(Relaxed) {
+                    return Err("a checkpoint in flight did not complete".into());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let now = || control.origin.elapsed();
+        let mut out = Vec::new();
+        // Replies of an abandoned migration are stale.
+        while control.from_workers.try_recv().is_ok() {}
+        match coordinator.migrate(now(), target, strategy, &mut out) {
+            None => return Err("a migration is already running".into()),
+            Some(0) => {
+                return Ok(Report {
+                    epoch: coordinator.assignment().epoch,
+                    steps: 0,
+                    bins: 0,
+                    bytes: 0,
+                    duration: Duration::ZERO,
+                });
+            }
+            Some(_) => {}
+        }
+        let mut deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            for o in out.drain(..) {
+                match o {
+                    CoordOutput::Prepare(step) => {
+                        deadline = Instant::now() + STEP_TIMEOUT;
+                        for tx in &control.to_workers {
+                            let _ = tx.send(Input::Prepare(step.clone()));
+                        }
+                        self.wake_workers();
+                    }
+                    CoordOutput::Switch { epoch } => {
+                        for tx in &control.to_workers {
+                            let _ = tx.send(Input::Switch { epoch });
+                        }
+                        self.wake_workers();
+                    }
+                    CoordOutput::StepDone(r) => tracing::debug!(
+                        epoch = r.epoch,
+                        bins = r.bins,
+                        bytes = r.bytes,
+                        duration_ms = r.duration.as_secs_f64() * 1e3,
+                        "migration step done"
+                    ),
+                    CoordOutput::MigrationDone(r) => {
+                        tracing::info!(
+                            epoch = r.epoch,
+                            steps = r.steps,
+                            bins = r.bins,
+                            bytes = r.bytes,
+                            duration_ms = r.duration.as_secs_f64() * 1e3,
+                            "migration done: {} bins ({} bytes) in {} steps, {:.1?}",
+                            r.bins,
+                            r.bytes,
+                            r.steps,
+                            r.duration
+                        );
+                        return Ok(r);
+                    }
+                }
+            }
+            if self.failed.load(Relaxed) || self.halted.load(Relaxed) {
+                return Err("the run ended during the migration".into());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "a step took longer than {STEP_TIMEOUT:?} (did the input end during the migration?)"
+                ));
+            }
+            let wait = coordinator
+                .next_wakeup()
+                .map_or(Duration::from_millis(50), |t| {
+                    t.saturating_sub(now()).min(Duration::from_millis(50))
+                });
+            match control.from_workers.recv_timeout(wait) {
+                Ok(input) => coordinator.handle(now(), input, &mut out),
+                Err(_) => coordinator.handle(now(), CoordInput::Tick, &mut out),
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Every instance of this worker ended: whether it may return. Not
+    /// while a migration runs: the others wait for its markers (and it
+    /// may still be a bin's old or new owner).
+    pub(crate) fn may_finish(&self) -> bool {
+        let Some(control) = &self.shared.migration else {
+            return true;
+        };
+        self.shared.finishing.fetch_add(1, SeqCst);
+        if control.migrating.load(SeqCst) {
+            self.shared.finishing.fetch_sub(1, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Handles waiting control messages (between batches).
+    pub(crate) fn poll_migration(&mut self) -> bool {
+        let Some(rx) = &self.mig.control else {
+            return false;
+        };
+        let inputs: Vec<Input> = rx.try_iter().collect();
+        let any = !inputs.is_empty();
+        for input in inputs {
+            self.migrate_input(input);
+        }
+        any
+    }
+
+    fn migrate_input(&mut self, input: Input) {
+        if let Input::Prepare(step) = &input
+            && step.moves.iter().any(|m| m.from as usize == self.global)
+        {
+            for (node, edge) in self.mig.state_edge.iter().enumerate() {
+                self.mig.out_held[node] = edge.is_some();
+            }
+        }
+        let mut out = Vec::new();
+        self.mig.machine.handle(input, &mut out);
+        self.carry_out(out);
+    }
+
+    /// A batch exchanged into keyed `(node, port)`: applied, or held (the
+    /// rows of bins whose state is still coming).
+    #[inline]
+    pub(crate) fn deliver_keyed(&mut self, node: usize, port: usize, batch: Batch) {
+        if self.mig.machine.idle() {
+            self.deliver(node, port, batch);
+        } else {
+            self.deliver_or_hold(node, port, batch);
+        }
+    }
+
+    fn deliver_or_hold(&mut self, node: usize, port: usize, batch: Batch) {
+        let bins = self.shared.bins;
+        let mut keep: Vec<u32> = Vec::new();
+        let mut hold: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (i, &h) in batch.key_hash().iter().enumerate() {
+            let bin = bin_of(h, bins);
+            if self.mig.machine.must_hold(node, bin) {
+                hold.entry(bin).or_default().push(i as u32);
+            } else {
+                keep.push(i as u32);
+            }
+        }
+        if hold.is_empty() {
+            self.deliver(node, port, batch);
+            return;
+        }
+        for (bin, rows) in hold {
+            self.mig.held_rows += rows.len();
+            let part = batch.take_rows(&rows);
+            self.mig
+                .held
+                .entry((node, bin))
+                .or_default()
+                .push((port, part));
+        }
+        if self.mig.held_rows > HELD_ROWS_WARN && !std::mem::replace(&mut self.mig.warned, true) {
+            tracing::warn!(
+                held = self.mig.held_rows,
+                "worker {} holds many records for bins still moving here",
+                self.global
+            );
+        }
+        if !keep.is_empty() {
+            let part = batch.take_rows(&keep);
+            self.deliver(node, port, part);
+        }
+    }
+
+    /// A marker or bin state arrived on exchange `(node, port)`.
+    pub(crate) fn migration_body(&mut self, node: usize, port: usize, sender: usize, body: Body) {
+        match body {
+            Body::Marker(epoch) => self.migrate_input(Input::Marker {
+                node,
+                port,
+                sender: sender as u32,
+                epoch,
+            }),
+            Body::State {
+                bin,
+                epoch,
+                entries,
+            } => {
+                let bytes = entries
+                    .iter()
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum();
+                self.mig.arrived.insert((node, bin), entries);
+                self.migrate_input(Input::StateChunk {
+                    node,
+                    bin,
+                    epoch,
+                    bytes,
+                    last: true,
+                });
+            }
+            _ => unreachable!("only migration bodies come here"),
+        }
+    }
+
+    /// Whether `node`'s operator watermark stays where it is for now.
+    #[inline]
+    pub(crate) fn watermark_held(&self, node: usize) -> bool {
+        self.mig.machine.watermark_held(node) || self.mig.out_held.get(node) == Some(&true)
+    }
+
+    /// Whether `node`'s end waits for a bin still coming or leaving.
+    pub(crate) fn defer_end(&mut self, node: usize) -> bool {
+        if self.watermark_held(node) {
+            self.mig.deferred_end.push(node);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn carry_out(&mut self, out: Vec<Output>) {
+        let mut i = 0;
+        while i < out.len() {
+            match &out[i] {
+                Output::Prepared { epoch } => self.to_coordinator(CoordInput::Prepared {
+                    worker: self.global as u32,
+                    epoch: *epoch,
+                }),
+                Output::BroadcastMarker { epoch } => {
+                    for edge in 0..self.edges.len() {
+                        let from = self.edges[edge].node;
+                        for w in 0..self.shared.global_workers {
+                            if w != self.global {
+                                self.send(from, edge, w, Body::Marker(*epoch));
+                            }
+                        }
+                    }
+                }
+                // Checked where watermarks arrive (`watermark_held`).
+                Output::HoldWatermark { .. } => {}
+                Output::Export { node, .. } => {
+                    // Consecutive exports of one node: one scan of its state.
+                    let node = *node;
+                    let mut moves = Vec::new();
+                    while let Some(Output::Export {
+                        node: n,
+                        bin,
+                        to,
+                        epoch,
+                    }) = out.get(i)
+                    {
+                        if *n != node {
+                            break;
+                        }
+                        moves.push((*bin, *to, *epoch));
+                        i += 1;
+                    }
+                    self.export(node, &moves);
+                    if let Some(held) = self.mig.out_held.get_mut(node) {
+                        *held = false;
+                    }
+                    self.release_watermark(node);
+                    continue;
+                }
+                Output::Install { node, bin, .. } => {
+                    let (node, bin) = (*node, *bin);
+                    let entries = self.mig.arrived.remove(&(node, bin)).unwrap_or_default();
+                    let component = self.nodes[node].component.clone();
+                    let mut failed = None;
+                    self.call(node, 0, |op, ctx| {
+                        if let Err(e) = op.install_bin(bin, entries, ctx) {
+                            failed = Some(e);
+                        }
+                    });
+                    if let Some(e) = failed {
+                        self.shared
+                            .fail(format!("{component}: cannot install bin {bin}: {e}"));
+                    }
+                }
+                Output::Release { node, bin } => {
+                    let (node, bin) = (*node, *bin);
+                    for (port, batch) in self.mig.held.remove(&(node, bin)).unwrap_or_default() {
+                        self.mig.held_rows -= batch.len();
+                        self.deliver(node, port, batch);
+                    }
+                }
+                Output::ReleaseWatermark { node } => self.release_watermark(*node),
+                Output::Done {
+                    epoch,
+                    bins_in,
+                    bytes_in,
+                } => self.to_coordinator(CoordInput::Done {
+                    worker: self.global as u32,
+                    epoch: *epoch,
+                    bins_in: *bins_in,
+                    bytes_in: *bytes_in,
+                }),
+            }
+            i += 1;
+        }
+    }
+
+    /// `node`'s watermark may move again: catch up, and end it if its
+    /// inputs ended meanwhile.
+    fn release_watermark(&mut self, node: usize) {
+        if self.watermark_held(node) {
+            return;
+        }
+        self.advance_watermark(node);
+        if let Some(at) = self.mig.deferred_end.iter().position(|&n| n == node) {
+            self.mig.deferred_end.swap_remove(at);
+            self.end_node(node);
+        }
+    }
+
+    fn to_coordinator(&self, input: CoordInput) {
+        if let Some(tx) = &self.mig.to_coordinator {
+            let _ = tx.send(input);
+        }
+    }
+
+    /// Takes `moves`' bins out of `node`'s operator and sends each to its
+    /// new owner, on the node's first exchange edge.
+    fn export(&mut self, node: usize, moves: &[(u32, u32, u64)]) {
+        let bins: Vec<u32> = moves.iter().map(|m| m.0).collect();
+        let Some(edge) = self.mig.state_edge.get(node).copied().flatten() else {
+            return;
+        };
+        let exported = match self.nodes[node].op.as_mut() {
+            Some(op) => op.export_bins(&bins),
+            None => Ok(bins.iter().map(|_| Vec::new()).collect()),
+        };
+        let exported = match exported {
+            Ok(e) => e,
+            Err(e) => {
+                let component = self.nodes[node].component.clone();
+                self.shared
+                    .fail(format!("{component}: cannot export bins: {e}"));
+                return;
+            }
+        };
+        for (&(bin, to, epoch), entries) in moves.iter().zip(exported) {
+            self.send(
+                node,
+                edge,
+                to as usize,
+                Body::State {
+                    bin,
+                    epoch,
+                    entries,
+                },
+            );
+        }
+    }
+}
