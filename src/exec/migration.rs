@@ -234,6 +234,7 @@ impl Shared {
                     CoordOutput::MigrationDone(r) => {
                         tracing::info!(
                             epoch = r.epoch,
+                            strategy = strategy.name(),
                             steps = r.steps,
                             bins = r.bins,
                             bytes = r.bytes,

@@ -221,6 +221,9 @@ impl Migrator {
 
     /// The global worker the router sends records of `bin` to.
     #[inline]
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn owner(&self, bin: u32) -> u32 {
         self.table[bin as usize]
     }
@@ -232,6 +235,9 @@ impl Migrator {
     }
 
     /// The epoch of the router's table.
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -266,6 +272,9 @@ impl Migrator {
     /// run restarts from a checkpoint, which records a completed
     /// assignment. The driver discards held records and received chunks
     /// (the sources replay them from the checkpoint).
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn reset(&mut self, assignment: &Assignment) {
         self.table.clone_from(&assignment.owners);
         self.epoch = assignment.epoch;
@@ -280,6 +289,9 @@ impl Migrator {
     /// [`reset`](Migrator::reset) after workers are gone for good: only
     /// the workers with `live[w]` send markers from now on (`assignment`
     /// gives the others no bins, e.g. [`super::plan::fallback`]).
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn reset_live(&mut self, assignment: &Assignment, live: &[bool]) {
         debug_assert!(assignment.owners.iter().all(|&w| live[w as usize]));
         self.live = live.to_vec();
@@ -617,6 +629,9 @@ impl Coordinator {
 
     /// A checkpoint barrier is in flight (`true`) or completed (`false`):
     /// no step is prepared meanwhile.
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn set_checkpoint_in_flight(
         &mut self,
         now: Time,
@@ -631,6 +646,9 @@ impl Coordinator {
 
     /// Whether a checkpoint barrier may be injected now: no step is in
     /// flight.
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn checkpoint_allowed(&self) -> bool {
         matches!(self.phase, Phase::Idle | Phase::Gap(_))
     }
@@ -645,6 +663,9 @@ impl Coordinator {
 
     /// Drops the migration in flight and restarts from `assignment` (the
     /// checkpoint's, after a crash; see [`Migrator::reset`]).
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn reset(&mut self, assignment: Assignment) {
         self.assignment = assignment;
         self.queue.clear();
@@ -655,6 +676,9 @@ impl Coordinator {
 
     /// [`reset`](Coordinator::reset) after workers are gone for good:
     /// from now on only the workers with `live[w]` are asked and awaited.
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn reset_live(&mut self, assignment: Assignment, live: &[bool]) {
         debug_assert!(assignment.owners.iter().all(|&w| live[w as usize]));
         self.live = live.to_vec();
@@ -662,6 +686,9 @@ impl Coordinator {
     }
 
     /// The workers that take part.
+    // Used by the simulator (crash recovery, checkpoint gating); the
+    // engine does not yet recover from a crash in the middle of a move.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn live(&self) -> &[bool] {
         &self.live
     }
