@@ -24,6 +24,8 @@ pub(crate) mod mesh;
 pub(crate) mod plan;
 #[cfg(feature = "std")]
 pub(crate) mod state;
+#[cfg(feature = "std")]
+pub(crate) mod trace;
 
 #[cfg(feature = "std")]
 pub use daemon::api::{

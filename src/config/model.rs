@@ -46,6 +46,27 @@ pub(crate) struct NodeConfig {
     pub(crate) mesh: Option<MeshConfig>,
     /// `[api]`: the local HTTP API.
     pub(crate) api: ApiConfig,
+    /// `[trace]`: critical-path analysis.
+    pub(crate) trace: TraceConfig,
+}
+
+/// `[trace]`: activity logging and critical-path analysis (`eddy trace`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TraceConfig {
+    /// On from the start (`POST /trace` switches it at run time). Default
+    /// `false`.
+    pub(crate) enabled: bool,
+    /// The snapshot window. Default 1 s.
+    pub(crate) window_ms: u64,
+}
+
+impl Default for TraceConfig {
+    fn default() -> TraceConfig {
+        TraceConfig {
+            enabled: false,
+            window_ms: 1000,
+        }
+    }
 }
 
 /// The port of the local HTTP API when `[api] address` gives none.
@@ -132,6 +153,9 @@ pub(crate) enum Spec {
     },
     Map {
         fields: Vec<(Sp<String>, Sp<String>)>,
+        /// Test-only `cost_per_record`: busy time added per record, so
+        /// that tests of `eddy trace` have a known slow transform.
+        cost_per_record_ns: u64,
     },
     Select {
         fields: Vec<Sp<String>>,

@@ -7,6 +7,7 @@ use super::cli::Workload;
 
 pub(crate) fn bench(workload: Workload) -> ExitCode {
     match workload {
+        Workload::Trace { events, json } => super::bench_trace::bench(events, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

@@ -3,6 +3,7 @@
 
 pub mod api;
 mod bench;
+mod bench_trace;
 mod cli;
 pub mod cluster;
 mod distribute;
@@ -18,6 +19,7 @@ mod services;
 mod state;
 mod stats;
 mod status;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -34,6 +36,21 @@ pub fn main() -> ExitCode {
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
         cli::Command::Peers { api, json } => peers::peers(&api, json),
+        cli::Command::Trace {
+            api,
+            json,
+            window,
+            top,
+            count,
+            off,
+        } => trace::trace(trace::TraceArgs {
+            api,
+            json,
+            window,
+            top,
+            count,
+            off,
+        }),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,

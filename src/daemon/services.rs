@@ -78,6 +78,10 @@ impl Services {
         pipeline: &Path,
         reload: flume::Sender<ReloadRequest>,
     ) -> Result<Services, String> {
+        crate::trace::set_window_ms(node.trace.window_ms);
+        if node.trace.enabled {
+            crate::trace::set_enabled(true);
+        }
         let mesh = match &node.mesh {
             None => None,
             Some(config) => {
@@ -134,6 +138,7 @@ impl Services {
                 prometheus::routes(routes(Router::new(), source), metrics),
                 reload,
             );
+            let router = super::trace::routes(router);
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());

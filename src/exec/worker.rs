@@ -22,11 +22,14 @@ use super::operator::{OpCtx, Operator, SourcePoll, SourceTask};
 use crate::data::{Batch, KeySpec};
 use crate::kernel::hash::bin_of;
 use crate::kernel::watermark::{BoundedOutOfOrderness, WATERMARK_END, WATERMARK_START};
+use crate::trace::Kind::{Checkpoint, Processing, Waiting};
 
 /// What travels between workers on an exchange channel.
 pub(crate) struct Message {
     pub(crate) from: u32,
     pub(crate) body: Body,
+    /// The trace's message id (0 while tracing is off).
+    pub(crate) trace: u64,
 }
 
 pub(crate) enum Body {
@@ -116,6 +119,7 @@ pub(crate) struct Worker {
     pub(crate) rows_by_worker: Vec<Vec<u32>>,
     /// The newest checkpoint whose barrier this worker's sources injected.
     pub(crate) injected: u64,
+    pub(crate) trace: crate::trace::LaneTrace,
 }
 
 /// Messages handled per inbox per round, so that sources keep a fair share.
@@ -158,7 +162,9 @@ impl Worker {
                     continue;
                 }
                 let start = Instant::now();
+                let t = self.trace.begin();
                 let polled = self.sources[s].task.poll(stop);
+                self.trace.end(t, Processing, node);
                 OpMetrics::add(
                     &self.nodes[node].metrics.useful_ns,
                     start.elapsed().as_nanos() as u64,
@@ -183,7 +189,9 @@ impl Worker {
                 let timeout = wake_at.map_or(IDLE_PARK, |t| {
                     t.saturating_duration_since(idle).min(IDLE_PARK)
                 });
+                let t = self.trace.begin();
                 std::thread::park_timeout(timeout);
+                self.trace.end(t, Waiting, 0);
                 let waited = idle.elapsed().as_nanos() as u64;
                 for n in &self.nodes {
                     if !n.ended {
@@ -224,6 +232,7 @@ impl Worker {
         rows_in: u64,
         f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
     ) {
+        let t = self.trace.begin();
         let state = &mut self.nodes[node];
         let Some(mut op) = state.op.take() else {
             // An operator is never re-entered: the drain rule only reaches
@@ -257,6 +266,7 @@ impl Worker {
         );
         state.op = Some(op);
         state.emitted = out;
+        self.trace.end(t, Processing, node);
         self.route_emitted(node);
     }
 
@@ -327,9 +337,11 @@ impl Worker {
     /// Sends on an exchange channel; while it is full, drains this worker's
     /// inboxes downstream of the edge (see the module comment).
     fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
+        let trace = self.trace.send_id(matches!(body, Body::Batch(_)));
         let mut msg = Message {
             from: self.global as u32,
             body,
+            trace,
         };
         let mut blocked_since: Option<Instant> = None;
         loop {
@@ -344,9 +356,12 @@ impl Worker {
             }
             let edge_node = self.edges[edge].node;
             if !self.drain_inboxes(edge_node) {
+                let t = self.trace.begin();
                 std::thread::park_timeout(BLOCKED_PARK);
+                self.trace.end(t, Waiting, 0);
             }
         }
+        self.trace.sent(trace);
         self.shared.wake(to);
         if let Some(since) = blocked_since {
             OpMetrics::add(
@@ -370,6 +385,7 @@ impl Worker {
                     break;
                 };
                 any = true;
+                self.trace.received(msg.trace);
                 // The sender may be parked waiting for this space.
                 let sender = msg.from as usize;
                 if self.edges[edge].inbox.len() + 1 >= self.shared.channel_capacity {
@@ -585,7 +601,9 @@ impl Worker {
         let mut snapshot = match state.op.as_mut() {
             Some(op) => {
                 let start = Instant::now();
+                let t = self.trace.begin();
                 let s = op.snapshot(id);
+                self.trace.end(t, Checkpoint, node);
                 OpMetrics::add(&state.metrics.useful_ns, start.elapsed().as_nanos() as u64);
                 s
             }
