@@ -164,7 +164,9 @@ impl Worker {
                 let start = Instant::now();
                 let t = self.trace.begin();
                 let polled = self.sources[s].task.poll(stop);
-                self.trace.end(t, Processing, node);
+                if !matches!(polled, SourcePoll::Pending(_)) {
+                    self.trace.end(t, Processing, node); // an empty poll is loop
+                }
                 OpMetrics::add(
                     &self.nodes[node].metrics.useful_ns,
                     start.elapsed().as_nanos() as u64,

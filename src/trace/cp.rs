@@ -145,32 +145,31 @@ fn count(
         }
         b[v] = bv;
     }
-    // ln(w · N(e)) per edge, and their sum: the length of all paths.
-    let ln_wn: Vec<f64> = pag
+    // w · N(e) per edge, scaled by the largest N(e) so that one `exp` per
+    // edge does; their sum is the length of all paths (so scaled).
+    let through = |e: &super::graph::PagEdge| {
+        if e.kind == Kind::Waiting || e.w == 0 {
+            f64::NEG_INFINITY
+        } else {
+            f[e.from as usize] + b[e.to as usize]
+        }
+    };
+    let top = pag
         .edges
         .iter()
-        .map(|e| {
-            if e.kind == Kind::Waiting || e.w == 0 {
-                f64::NEG_INFINITY
-            } else {
-                (e.w as f64).ln() + f[e.from as usize] + b[e.to as usize]
-            }
-        })
-        .collect();
-    let ln_length = ln_wn
+        .map(through)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if top == f64::NEG_INFINITY {
+        return Some((vec![0.0; pag.edges.len()], f64::NEG_INFINITY, ln_paths));
+    }
+    let mut cp: Vec<f64> = pag
+        .edges
         .iter()
-        .fold(f64::NEG_INFINITY, |acc, &x| ln_add(acc, x));
-    let cp = ln_wn
-        .iter()
-        .map(|&x| {
-            if x == f64::NEG_INFINITY {
-                0.0
-            } else {
-                (x - ln_length).exp()
-            }
-        })
+        .map(|e| e.w as f64 * (through(e) - top).exp())
         .collect();
-    Some((cp, ln_length, ln_paths))
+    let length: f64 = cp.iter().sum();
+    cp.iter_mut().for_each(|c| *c /= length);
+    Some((cp, length.ln() + top, ln_paths))
 }
 
 #[cfg(test)]

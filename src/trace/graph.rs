@@ -61,16 +61,19 @@ struct Segment {
 
 /// Builds the PAG of `[ws, we)` from each lane's events (in any order).
 pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
+    let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
     let mut pag = Pag {
         nodes: 0,
         starts: Vec::with_capacity(lanes.len()),
         ends: Vec::with_capacity(lanes.len()),
-        edges: Vec::new(),
+        // A span makes up to two edges (itself and the gap after it).
+        edges: Vec::with_capacity(logged * 2),
         span: we.saturating_sub(ws),
         events: 0,
     };
     // Send ends by id; receive ends to join once every lane is in.
-    let mut sends: HashMap<u64, (u32, u64, u32), BuildHasherDefault<IdHasher>> = HashMap::default();
+    let mut sends: HashMap<u64, (u32, u64, u32), BuildHasherDefault<IdHasher>> =
+        HashMap::with_capacity_and_hasher(logged / 4, Default::default());
     let mut recvs: Vec<(u64, u32, u64, u32)> = Vec::new();
     let mut spans = Vec::new();
     let mut instants: Vec<(u64, Event)> = Vec::new();
@@ -152,13 +155,25 @@ pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
 /// Message ids are unique and already spread: a multiply is hash enough
 /// (SipHash was a fifth of the analysis).
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.write_u64(b as u64);
         }
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
     }
 
     fn write_u64(&mut self, id: u64) {

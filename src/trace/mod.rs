@@ -88,6 +88,16 @@ pub(crate) fn window_ms() -> u64 {
     TRACER.window_ms.load(Relaxed)
 }
 
+/// Takes the analysed windows kept so far, oldest first.
+pub(crate) fn take_windows() -> Vec<WindowReport> {
+    TRACER
+        .windows
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect()
+}
+
 /// The last analysed windows, oldest first.
 pub(crate) fn windows() -> Vec<WindowReport> {
     TRACER

@@ -102,6 +102,8 @@ impl Acc {
     }
 }
 
+type GroupHash = std::hash::BuildHasherDefault<super::graph::IdHasher>;
+
 /// Builds the graph of `[ws, we)` and sums its critical participation.
 /// `start_unix_ms` and `dropped` are left for the caller.
 pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport {
@@ -122,27 +124,37 @@ pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport 
         Acc::default(),
     );
     let any_peer = lanes.iter().any(|l| l.peer.is_some());
+    // Sum per (receiving lane, sending lane, kind, operator) first: few
+    // distinct keys, so the named rows below cost nothing per edge.
+    let mut groups: HashMap<(u32, u32, Kind, u16), (f64, u64), GroupHash> = HashMap::default();
     for (e, &c) in pag.edges.iter().zip(&cp) {
-        let time = (!e.is_message()).then_some(e.w);
-        activities.add(e.kind.name(), c, time);
+        let from = if e.is_message() { e.lane } else { e.to_lane };
+        let g = groups.entry((e.to_lane, from, e.kind, e.op)).or_default();
+        g.0 += c;
+        g.1 += e.w;
+    }
+    for (&(to_lane, from_lane, kind, op), &(c, w)) in &groups {
+        let message = matches!(kind, Kind::DataMessage | Kind::ControlMessage);
+        let time = (!message).then_some(w);
+        activities.add(kind.name(), c, time);
         // A message is charged to the lane that takes it: its time in a
         // queue is the receiver not keeping up.
-        let lane = &lanes[e.to_lane as usize];
+        let lane = &lanes[to_lane as usize];
         // Per lane, the share is of busy time: a lane is there all along.
-        let busy = time.filter(|_| e.kind != Kind::Waiting);
-        workers.add(&lane.label, c, busy);
-        if e.op != NO_OP
-            && let Some(op) = lane.ops.get(e.op as usize)
+        let busy = time.filter(|_| kind != Kind::Waiting);
+        workers.add(&lane.label, c, busy.or(time.map(|_| 0)));
+        if op != NO_OP
+            && let Some(name) = lane.ops.get(op as usize)
         {
-            match e.kind {
-                Kind::Processing => operators.add(op, c, time),
-                k => operators.add(&format!("{op} ({})", k.name()), c, time),
+            match kind {
+                Kind::Processing => operators.add(name, c, time),
+                k => operators.add(&format!("{name} ({})", k.name()), c, time),
             }
         }
         if any_peer {
             // A message from an incoming exchange stream is the peer's.
-            let peer = lane.peer.or(lanes[e.lane as usize].peer);
-            peers.add(peer.unwrap_or("(this node)"), c, busy);
+            let peer = lane.peer.or(lanes[from_lane as usize].peer);
+            peers.add(peer.unwrap_or("(this node)"), c, busy.or(time.map(|_| 0)));
         }
     }
     let span = pag.span as f64;
