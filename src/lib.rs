@@ -26,6 +26,8 @@ pub(crate) mod migrate;
 pub(crate) mod plan;
 #[cfg(feature = "std")]
 pub(crate) mod state;
+#[cfg(feature = "std")]
+pub(crate) mod trace;
 
 #[cfg(feature = "std")]
 pub use daemon::api::{

@@ -16,6 +16,7 @@ pub(crate) use diag::{Context, Diagnostics, Sp};
 pub(crate) use model::*;
 pub(crate) use mqtt::{MqttSinkConfig, MqttSourceConfig};
 pub(crate) use net::{HttpUrl, NetProtocol, NetSinkSettings, NetSourceSettings};
+pub(crate) use table::parse_duration;
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(

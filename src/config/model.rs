@@ -50,6 +50,8 @@ pub(crate) struct NodeConfig {
     pub(crate) api: ApiConfig,
     /// `[migration]`: how bins move between workers.
     pub(crate) migration: MigrationConfig,
+    /// `[trace]`: critical-path analysis.
+    pub(crate) trace: TraceConfig,
 }
 
 /// `[migration]`: how keyed state moves when the bin assignment changes.
@@ -77,6 +79,25 @@ impl Default for MigrationConfig {
             gap: Duration::ZERO,
             max_bins_per_step: None,
             drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[trace]`: activity logging and critical-path analysis (`eddy trace`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TraceConfig {
+    /// On from the start (`POST /trace` switches it at run time). Default
+    /// `false`.
+    pub(crate) enabled: bool,
+    /// The snapshot window. Default 1 s.
+    pub(crate) window_ms: u64,
+}
+
+impl Default for TraceConfig {
+    fn default() -> TraceConfig {
+        TraceConfig {
+            enabled: false,
+            window_ms: 1000,
         }
     }
 }
@@ -165,6 +186,9 @@ pub(crate) enum Spec {
     },
     Map {
         fields: Vec<(Sp<String>, Sp<String>)>,
+        /// Test-only `cost_per_record`: busy time added per record, so
+        /// that tests of `eddy trace` have a known slow transform.
+        cost_per_record_ns: u64,
     },
     Select {
         fields: Vec<Sp<String>>,

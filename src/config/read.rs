@@ -87,6 +87,26 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     if let Some(m) = top.table(&mut d, "migration") {
         config.node.migration = read_migration(&mut d, m.into_component("migration"));
     }
+    if let Some(mut tr) = top
+        .table(&mut d, "trace")
+        .map(|t| t.into_component("trace"))
+    {
+        if let Some(b) = tr.boolean(&mut d, "enabled") {
+            config.node.trace.enabled = b.value;
+        }
+        if let Some(w) = tr.duration_ms(&mut d, "window", false) {
+            if w.value < 10 || w.value > 60_000 {
+                d.error(
+                    w.span,
+                    &tr.ctx("window"),
+                    "must be between 10ms and 60s (a window is analysed as a whole)",
+                );
+            } else {
+                config.node.trace.window_ms = w.value as u64;
+            }
+        }
+        tr.finish(&mut d, "[trace]");
+    }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
             continue;
@@ -173,6 +193,7 @@ fn default_node() -> NodeConfig {
         mesh: None,
         api: ApiConfig::default(),
         migration: MigrationConfig::default(),
+        trace: TraceConfig::default(),
     }
 }
 
@@ -641,8 +662,30 @@ fn read_map(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Spec> {
     if fields.value.is_empty() {
         d.error(fields.span.clone(), &t.ctx("fields"), "names no field");
     }
+    // Test-only (undocumented for users): makes this map burn CPU per
+    // record, so tests of `eddy trace` know which transform is slow.
+    let cost =
+        t.string(d, "cost_per_record")
+            .and_then(|c| match super::table::parse_duration(&c.value) {
+                Ok(dur) if dur <= std::time::Duration::from_millis(100) => {
+                    Some(dur.as_nanos() as u64)
+                }
+                Ok(_) => {
+                    d.error(c.span, &t.ctx("cost_per_record"), "is at most 100ms");
+                    None
+                }
+                Err(e) => {
+                    d.error(
+                        c.span,
+                        &t.ctx("cost_per_record"),
+                        format!("`{}` is not a duration ({e})", c.value),
+                    );
+                    None
+                }
+            });
     Some(Spec::Map {
         fields: fields.value,
+        cost_per_record_ns: cost.unwrap_or(0),
     })
 }
 

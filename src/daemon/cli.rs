@@ -83,6 +83,30 @@ pub(crate) enum Command {
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: std::time::Duration,
     },
+    /// What is latency made of? Live critical-path analysis of a running
+    /// node: per window, the activities, operators and workers ranked by
+    /// critical participation (CP), beside their plain share of time.
+    /// Turns tracing on if it is off.
+    Trace {
+        /// The node's local API (`[api] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7401")]
+        api: String,
+        /// Print each window as one line of JSON (as `GET /trace` has it).
+        #[arg(long)]
+        json: bool,
+        /// Set the node's snapshot window, e.g. 1s or 250ms.
+        #[arg(long, value_name = "DURATION")]
+        window: Option<String>,
+        /// Rows per ranking.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        top: usize,
+        /// Exit after this many windows.
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+        /// Turn tracing off on the node and exit.
+        #[arg(long)]
+        off: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -223,6 +247,18 @@ pub(crate) enum Workload {
         /// Events per run.
         #[arg(long, default_value_t = 4_000_000)]
         events: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tracing: its overhead on throughput and p99 (off and on in one run),
+    /// the analysis speed in events per second on one core, and the time
+    /// to analyse a 1 s window of a 2-node, 4-worker pipeline.
+    Trace {
+        /// Events per throughput run.
+        #[arg(long, default_value_t = 3_000_000)]
+        events: u64,
+        /// Print `{"overhead_throughput_pct", "overhead_p99_pct",
+        /// "analysis_events_per_s", "window_analysis_ms"}`.
         #[arg(long)]
         json: bool,
     },

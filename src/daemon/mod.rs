@@ -4,6 +4,7 @@
 pub mod api;
 mod bench;
 mod bench_migration;
+mod bench_trace;
 mod cli;
 pub mod cluster;
 pub(crate) mod distribute;
@@ -23,6 +24,7 @@ mod state;
 mod stats;
 mod status;
 mod top;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,21 @@ pub fn main() -> ExitCode {
             once,
             interval,
         } => top::top(&api, once, interval),
+        cli::Command::Trace {
+            api,
+            json,
+            window,
+            top,
+            count,
+            off,
+        } => trace::trace(trace::TraceArgs {
+            api,
+            json,
+            window,
+            top,
+            count,
+            off,
+        }),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,

@@ -82,6 +82,10 @@ impl Services {
         pipeline: &Path,
         reload: flume::Sender<ReloadRequest>,
     ) -> Result<Services, String> {
+        crate::trace::set_window_ms(node.trace.window_ms);
+        if node.trace.enabled {
+            crate::trace::set_enabled(true);
+        }
         let mesh = match &node.mesh {
             None => None,
             Some(config) => {
@@ -148,6 +152,7 @@ impl Services {
                 reload,
             );
             let router = gossip::routes(router, cluster);
+            let router = super::trace::routes(router);
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());

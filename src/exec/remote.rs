@@ -26,6 +26,7 @@ use crate::data::{SchemaRef, wire};
 use crate::mesh::driver::{IncomingStream, MeshNode};
 use crate::mesh::frame::{DataBatch, Frame, Marker, StreamKind};
 use crate::mesh::streams::FrameReceiver;
+use crate::trace::{Kind, LaneName, LaneTrace, wire_id};
 
 /// Frames written at once by a sender task when its queue has several.
 const FRAMES_PER_WRITE: usize = 16;
@@ -187,6 +188,7 @@ async fn send_stream(
         .map_err(|e| e.to_string())?;
     let mut frames = Vec::with_capacity(FRAMES_PER_WRITE);
     let mut seq = 0u64;
+    let (mut trace, ids) = link_trace(&link.kind, &link.name, true);
     let mut ended = false;
     while !ended {
         let Ok(first) = rx.recv_async().await else {
@@ -196,11 +198,15 @@ async fn send_stream(
         frames.clear();
         let mut next = Some(first);
         while let Some(msg) = next {
+            trace.received(msg.trace);
             let frame = match msg.body {
                 Body::Batch(b) => {
                     let mut bytes = Vec::new();
+                    let t = trace.begin();
                     wire::encode(&b, clock::now_ns(), &mut bytes);
+                    trace.end(t, Kind::Serialization, 0);
                     seq += 1;
+                    trace.sent(if t != 0 { ids(seq) } else { 0 });
                     Frame::Data(DataBatch {
                         seq,
                         records: b.len() as u32,
@@ -239,6 +245,33 @@ async fn send_stream(
         tracing::debug!("after the end marker to {}: {e}", link.name);
     }
     Ok(())
+}
+
+/// The wire id of batch `seq` on one stream (see `trace::wire_id`).
+type WireIds = Box<dyn Fn(u64) -> u64 + Send>;
+
+/// The trace lane of an exchange stream to (`outgoing`) or from `peer`.
+fn link_trace(kind: &StreamKind, peer: &str, outgoing: bool) -> (LaneTrace, WireIds) {
+    let (epoch, edge, from, to) = match *kind {
+        StreamKind::Exchange {
+            epoch,
+            edge,
+            sender,
+            receiver,
+        } => (epoch, edge as usize, sender as usize, receiver as usize),
+        _ => (0, 0, 0, 0),
+    };
+    let name = LaneName::Link {
+        peer: peer.to_string(),
+        outgoing,
+        edge,
+        from,
+        to,
+    };
+    (
+        LaneTrace::new(name, Vec::new()),
+        Box::new(move |seq| wire_id(epoch, edge, from, to, seq)),
+    )
 }
 
 /// Takes the streams peers open and starts a reader for each exchange
@@ -307,6 +340,7 @@ impl Dispatch {
                 Box::new(move || shared.wake(receiver))
             };
             let reader = Reader {
+                trace: link_trace(&stream.kind, &peer, false),
                 rx: stream.receiver,
                 schema: self.edges[edge].schema.clone(),
                 inbox: self.edges[edge].inboxes[receiver - first].clone(),
@@ -337,21 +371,30 @@ struct Reader {
     sender: u32,
     /// Wakes the receiving worker.
     wake: Box<dyn Fn() + Send>,
+    /// This stream's trace lane, and the wire id of each batch.
+    trace: (LaneTrace, WireIds),
 }
 
 impl Reader {
     async fn run(mut self) -> Result<(), String> {
         let mut ended = false;
+        let (trace, ids) = &mut self.trace;
         loop {
             let frame = self.rx.recv().await.map_err(|e| e.to_string())?;
             let body = match frame {
                 None if ended => return Ok(()),
                 None => return Err("the stream ended before its end marker".into()),
                 Some(_) if ended => return Err("data after the end marker".into()),
-                Some(Frame::Data(d)) => Body::Batch(
-                    wire::decode(&d.bytes, &self.schema, clock::now_ns())
-                        .map_err(|e| format!("batch {}: {e}", d.seq))?,
-                ),
+                Some(Frame::Data(d)) => {
+                    let t = trace.begin();
+                    if t != 0 {
+                        trace.received(ids(d.seq));
+                    }
+                    let b = wire::decode(&d.bytes, &self.schema, clock::now_ns())
+                        .map_err(|e| format!("batch {}: {e}", d.seq))?;
+                    trace.end(t, Kind::Deserialization, 0);
+                    Body::Batch(b)
+                }
                 Some(Frame::Marker(Marker::Watermark(w))) => Body::Watermark(w),
                 Some(Frame::Marker(Marker::Barrier(id))) => Body::Barrier(id),
                 Some(Frame::Marker(Marker::End)) => {
@@ -360,15 +403,18 @@ impl Reader {
                 }
                 Some(other) => return Err(format!("unexpected frame {other:?}")),
             };
+            let id = trace.send_id(matches!(body, Body::Batch(_)));
             let msg = Message {
                 from: self.sender,
                 body,
+                trace: id,
             };
             // Bounded: while the inbox is full this stream is not read, and
             // QUIC flow control holds the sender back.
             if self.inbox.send_async(msg).await.is_err() {
                 return Ok(()); // the worker is gone: the run ended or failed
             }
+            trace.sent(id);
             (self.wake)();
         }
     }
@@ -461,6 +507,7 @@ mod tests {
                 inbox: inbox_tx,
                 sender: 0,
                 wake: Box::new(|| {}),
+                trace: link_trace(&kind, "a", false),
             };
             let reading = smol::spawn(reader.run());
 

@@ -492,6 +492,7 @@ pub(crate) fn start_with(
                 pending: checkpoint,
             });
         }
+        let names = nodes.iter().map(|n| n.component.clone()).collect();
         let worker = Worker {
             id: w,
             global: first_worker + w,
@@ -515,6 +516,7 @@ pub(crate) fn start_with(
                     &keyed,
                 )
             },
+            trace: crate::trace::LaneTrace::worker(first_worker + w, names),
         };
         let shared_for_thread = shared.clone();
         let handle = std::thread::Builder::new()
@@ -821,7 +823,7 @@ fn instantiate(
             latency[i].clone().expect("sinks have latency"),
         )),
         OpSpec::Filter(c) => Box::new(ops::Filter::new(c.clone())),
-        OpSpec::Map(cols) => Box::new(ops::Map::new(cols.clone(), out_schema())),
+        OpSpec::Map(cols, cost) => Box::new(ops::Map::new(cols.clone(), out_schema(), *cost)),
         OpSpec::Project(keep) => Box::new(ops::Project::new(keep.clone(), out_schema())),
         OpSpec::Window(w) => match w.kind {
             WindowKind::Session { .. } => Box::new(ops::SessionWindow::new(w.clone(), bins, batch)),

@@ -22,11 +22,14 @@ use super::operator::{OpCtx, Operator, SourcePoll, SourceTask};
 use crate::data::{Batch, KeySpec};
 use crate::kernel::hash::bin_of;
 use crate::kernel::watermark::{BoundedOutOfOrderness, WATERMARK_END, WATERMARK_START};
+use crate::trace::Kind::{Checkpoint, Processing, Waiting};
 
 /// What travels between workers on an exchange channel.
 pub(crate) struct Message {
     pub(crate) from: u32,
     pub(crate) body: Body,
+    /// The trace's message id (0 while tracing is off).
+    pub(crate) trace: u64,
 }
 
 pub(crate) enum Body {
@@ -128,6 +131,7 @@ pub(crate) struct Worker {
     /// Live migration: the router's table (bin -> global worker) and what
     /// moving bins needs (`migration.rs`).
     pub(crate) mig: super::migration::WorkerMigration,
+    pub(crate) trace: crate::trace::LaneTrace,
 }
 
 /// Messages handled per inbox per round, so that sources keep a fair share.
@@ -176,7 +180,11 @@ impl Worker {
                     continue;
                 }
                 let start = super::metrics::instrumented().then(Instant::now);
+                let t = self.trace.begin();
                 let polled = self.sources[s].task.poll(stop);
+                if !matches!(polled, SourcePoll::Pending(_)) {
+                    self.trace.end(t, Processing, node); // an empty poll is loop
+                }
                 if let Some(start) = start {
                     OpMetrics::add(
                         &self.nodes[node].metrics.useful_ns,
@@ -203,7 +211,9 @@ impl Worker {
                 let timeout = wake_at.map_or(IDLE_PARK, |t| {
                     t.saturating_duration_since(idle).min(IDLE_PARK)
                 });
+                let t = self.trace.begin();
                 std::thread::park_timeout(timeout);
+                self.trace.end(t, Waiting, 0);
                 let waited = idle.elapsed().as_nanos() as u64;
                 for n in &self.nodes {
                     if !n.ended {
@@ -257,6 +267,7 @@ impl Worker {
         rows_in: u64,
         f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
     ) {
+        let t = self.trace.begin();
         let state = &mut self.nodes[node];
         let Some(mut op) = state.op.take() else {
             // An operator is never re-entered: the drain rule only reaches
@@ -292,6 +303,7 @@ impl Worker {
         }
         state.op = Some(op);
         state.emitted = out;
+        self.trace.end(t, Processing, node);
         self.route_emitted(node);
     }
 
@@ -363,9 +375,11 @@ impl Worker {
     /// Sends on an exchange channel; while it is full, drains this worker's
     /// inboxes downstream of the edge (see the module comment).
     pub(super) fn send(&mut self, from: usize, edge: usize, to: usize, body: Body) {
+        let trace = self.trace.send_id(matches!(body, Body::Batch(_)));
         let mut msg = Message {
             from: self.global as u32,
             body,
+            trace,
         };
         let mut blocked_since: Option<Instant> = None;
         loop {
@@ -380,9 +394,12 @@ impl Worker {
             }
             let edge_node = self.edges[edge].node;
             if !self.drain_inboxes(edge_node) {
+                let t = self.trace.begin();
                 std::thread::park_timeout(BLOCKED_PARK);
+                self.trace.end(t, Waiting, 0);
             }
         }
+        self.trace.sent(trace);
         self.shared.wake(to);
         if let Some(since) = blocked_since {
             OpMetrics::add(
@@ -406,6 +423,7 @@ impl Worker {
                     break;
                 };
                 any = true;
+                self.trace.received(msg.trace);
                 // The sender may be parked waiting for this space.
                 let sender = msg.from as usize;
                 if self.edges[edge].inbox.len() + 1 >= self.shared.channel_capacity {
@@ -635,7 +653,9 @@ impl Worker {
         let mut snapshot = match state.op.as_mut() {
             Some(op) => {
                 let start = Instant::now();
+                let t = self.trace.begin();
                 let s = op.snapshot(id);
+                self.trace.end(t, Checkpoint, node);
                 OpMetrics::add(&state.metrics.useful_ns, start.elapsed().as_nanos() as u64);
                 s
             }

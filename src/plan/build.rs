@@ -223,10 +223,18 @@ impl NodeBuilder<'_> {
                     forward,
                 ))
             }
-            Spec::Map { fields } => {
+            Spec::Map {
+                fields,
+                cost_per_record_ns,
+            } => {
                 let (schema, timed) = self.union_input()?;
+                let cost = *cost_per_record_ns;
                 self.map(fields, &schema).map(|(cols, out)| {
-                    (OpSpec::Map(Arc::new(cols)), vec![(id, out, timed)], forward)
+                    (
+                        OpSpec::Map(Arc::new(cols), cost),
+                        vec![(id, out, timed)],
+                        forward,
+                    )
                 })
             }
             Spec::Select { fields } | Spec::Drop { fields } => {

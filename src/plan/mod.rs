@@ -69,7 +69,8 @@ pub(crate) enum OpSpec {
     /// `http`, `tcp` and `udp` sources: lines from the network.
     NetSource(Arc<NetSourcePlan>),
     Filter(Arc<Compiled>),
-    Map(Arc<Vec<MapColumn>>),
+    /// The columns, and a test-only busy cost per record in ns.
+    Map(Arc<Vec<MapColumn>>, u64),
     /// `select` and `drop`: the input columns kept, in output order.
     Project(Arc<Vec<usize>>),
     Window(Arc<WindowPlan>),

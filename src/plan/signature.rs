@@ -54,7 +54,7 @@ pub(crate) fn state_signature(plan: &Plan, n: usize) -> u64 {
         } => write!(s, "{path:?} {format:?} {exactly_once}"),
         OpSpec::Stdin(_)
         | OpSpec::Filter(_)
-        | OpSpec::Map(_)
+                | OpSpec::Map(..)
         | OpSpec::Project(_)
         | OpSpec::Stdout { .. }
         | OpSpec::MqttSink(_)

@@ -11,14 +11,21 @@ pub(crate) struct Map {
     columns: Arc<Vec<MapColumn>>,
     output: SchemaRef,
     failed: Vec<bool>,
+    /// Test-only busy time per record (`cost_per_record`).
+    cost_per_record_ns: u64,
 }
 
 impl Map {
-    pub(crate) fn new(columns: Arc<Vec<MapColumn>>, output: SchemaRef) -> Map {
+    pub(crate) fn new(
+        columns: Arc<Vec<MapColumn>>,
+        output: SchemaRef,
+        cost_per_record_ns: u64,
+    ) -> Map {
         Map {
             columns,
             output,
             failed: Vec::new(),
+            cost_per_record_ns,
         }
     }
 }
@@ -26,6 +33,14 @@ impl Map {
 impl Operator for Map {
     fn on_batch(&mut self, _port: usize, batch: Batch, ctx: &mut OpCtx<'_>) {
         let n = batch.len();
+        if self.cost_per_record_ns > 0 {
+            // Busy, not asleep: the time must count as processing.
+            let until = std::time::Instant::now()
+                + std::time::Duration::from_nanos(self.cost_per_record_ns * n as u64);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
         self.failed.clear();
         self.failed.resize(n, false);
         let mut any_failed = false;

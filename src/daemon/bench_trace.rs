@@ -1,0 +1,239 @@
+//! `eddy bench trace`: what tracing costs and how fast its analysis is.
+//!
+//! 1. Overhead: the same two-worker pipeline with a keyed exchange
+//!    (generator → map → keyed window → blackhole) runs with tracing off
+//!    and on, alternating, three times each; the medians of throughput
+//!    (as fast as it goes) and of the sink's p99 latency (at a fixed
+//!    rate) are compared. "On" includes the collector thread analysing
+//!    every window, as in a daemon.
+//! 2. Analysis throughput: one synthetic 1 s window of a 2-node, 4-worker
+//!    pipeline (with exchange streams between the nodes) holding about a
+//!    million events, analysed on one thread.
+//! 3. The time to analyse a 1 s window of that shape at the event density
+//!    the traced run logged per worker.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use super::api;
+use crate::trace;
+
+const REPS: usize = 3;
+/// The fixed rate of the latency runs, events per second.
+const LATENCY_RATE: u64 = 200_000;
+
+fn pipeline(events: u64, rate: Option<u64>) -> String {
+    // A rate also makes event time advance in step with it.
+    let rate = rate.map_or(String::new(), |r| format!("rate = {r}"));
+    format!(
+        r#"
+[node]
+workers = 2
+[checkpoint]
+enabled = false
+[sources.events]
+type = "generator"
+schema = "wcount"
+count = {events}
+{rate}
+[transforms.scaled]
+type = "map"
+inputs = ["events"]
+fields = {{ value = "value * 2" }}
+[transforms.counts]
+type = "window"
+inputs = ["scaled"]
+key = ["key"]
+window = {{ kind = "tumbling", size = "100ms" }}
+aggregates = {{ count = "count(*)", sum = "sum(value)" }}
+[sinks.rows]
+type = "blackhole"
+inputs = ["counts"]
+"#
+    )
+}
+
+/// `(events/s, p99 µs)` of one run.
+fn run(events: u64, rate: Option<u64>) -> Result<(f64, u64), String> {
+    let r = api::run_pipeline_str(&pipeline(events, rate))?;
+    let p99 = r
+        .component("rows")
+        .and_then(|c| c.latency_us)
+        .map_or(0, |l| l.p99);
+    Ok((events as f64 / r.seconds.max(1e-9), p99))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub(crate) struct Figures {
+    pub(crate) off_events_per_s: f64,
+    pub(crate) on_events_per_s: f64,
+    pub(crate) off_p99_us: f64,
+    pub(crate) on_p99_us: f64,
+    pub(crate) overhead_throughput_pct: f64,
+    pub(crate) overhead_p99_pct: f64,
+    pub(crate) analysis_events_per_s: f64,
+    pub(crate) big_window_events: usize,
+    pub(crate) window_analysis_ms: f64,
+    pub(crate) window_events: usize,
+    pub(crate) traced_events_per_worker_s: f64,
+    pub(crate) saturated_events_per_worker_s: f64,
+    pub(crate) saturated_window_events: usize,
+    pub(crate) saturated_window_ms: f64,
+    /// The slowest analysis of a real window during the runs.
+    pub(crate) real_window_ms: f64,
+    pub(crate) dropped: u64,
+}
+
+fn measure(events: u64) -> Result<Figures, String> {
+    let (mut thr_off, mut thr_on, mut p99_off, mut p99_on) = (vec![], vec![], vec![], vec![]);
+    let latency_events = LATENCY_RATE * 2;
+    let (mut saturated, mut steady) = (Vec::new(), Vec::new());
+    for _ in 0..REPS {
+        for on in [false, true] {
+            trace::set_enabled(on);
+            trace::take_windows();
+            let (thr, _) = run(events, None)?;
+            saturated.extend(trace::take_windows());
+            let (_, p99) = run(latency_events, Some(LATENCY_RATE))?;
+            steady.extend(trace::take_windows());
+            if on {
+                thr_on.push(thr);
+                p99_on.push(p99 as f64);
+            } else {
+                thr_off.push(thr);
+                p99_off.push(p99 as f64);
+            }
+        }
+    }
+    trace::set_enabled(false);
+    // The density the engine logged: the busiest window per lane.
+    let density = |windows: &[trace::WindowReport]| {
+        windows
+            .iter()
+            .filter(|w| w.lanes > 0)
+            .map(|w| w.events as f64 / w.lanes as f64 * 1000.0 / w.window_ms.max(1) as f64)
+            .fold(0.0, f64::max)
+    };
+    let per_worker = density(&steady);
+    let per_worker_saturated = density(&saturated);
+    let dropped = steady.iter().chain(&saturated).map(|w| w.dropped).sum();
+    let real_window_ms = steady
+        .iter()
+        .chain(&saturated)
+        .map(|w| w.analysis_ms)
+        .fold(0.0, f64::max);
+    let (off_t, on_t) = (median(thr_off), median(thr_on));
+    let (off_p, on_p) = (median(p99_off), median(p99_on));
+
+    const SECOND: u64 = 1_000_000_000;
+    let big = trace::synth::pipeline(2, 2, SECOND, 250_000, 1);
+    let big_events: usize = big.iter().map(|l| l.events.len()).sum();
+    let started = Instant::now();
+    let r = trace::synth::analyze_lanes(&big, 0, SECOND);
+    let big_s = started.elapsed().as_secs_f64();
+    std::hint::black_box(r);
+
+    let density = (per_worker.max(1000.0)) as usize;
+    let shaped = trace::synth::pipeline(2, 2, SECOND, density, 2);
+    let window_events: usize = shaped.iter().map(|l| l.events.len()).sum();
+    let started = Instant::now();
+    let r = trace::synth::analyze_lanes(&shaped, 0, SECOND);
+    let window_ms = started.elapsed().as_secs_f64() * 1e3;
+    std::hint::black_box(r);
+    let dense =
+        trace::synth::pipeline(2, 2, SECOND, (per_worker_saturated.max(1000.0)) as usize, 3);
+    let dense_events: usize = dense.iter().map(|l| l.events.len()).sum();
+    let started = Instant::now();
+    let r = trace::synth::analyze_lanes(&dense, 0, SECOND);
+    let dense_ms = started.elapsed().as_secs_f64() * 1e3;
+    std::hint::black_box(r);
+
+    Ok(Figures {
+        off_events_per_s: off_t,
+        on_events_per_s: on_t,
+        off_p99_us: off_p,
+        on_p99_us: on_p,
+        overhead_throughput_pct: (off_t - on_t) / off_t * 100.0,
+        overhead_p99_pct: if off_p > 0.0 {
+            (on_p - off_p) / off_p * 100.0
+        } else {
+            0.0
+        },
+        analysis_events_per_s: big_events as f64 / big_s.max(1e-9),
+        big_window_events: big_events,
+        window_analysis_ms: window_ms,
+        window_events,
+        traced_events_per_worker_s: per_worker,
+        saturated_events_per_worker_s: per_worker_saturated,
+        saturated_window_events: dense_events,
+        saturated_window_ms: dense_ms,
+        real_window_ms,
+        dropped,
+    })
+}
+
+pub(crate) fn bench(events: u64, json: bool) -> ExitCode {
+    let f = match measure(events) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("eddy bench trace: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "overhead_throughput_pct": f.overhead_throughput_pct,
+                "overhead_p99_pct": f.overhead_p99_pct,
+                "analysis_events_per_s": f.analysis_events_per_s,
+                "window_analysis_ms": f.window_analysis_ms,
+            })
+        );
+    } else {
+        println!(
+            "tracing overhead (median of {REPS}, 2 workers, generator -> map -> keyed window -> blackhole):"
+        );
+        println!(
+            "  throughput  off {:.2} M ev/s   on {:.2} M ev/s   overhead {:.1}% (goal <= 5%)",
+            f.off_events_per_s / 1e6,
+            f.on_events_per_s / 1e6,
+            f.overhead_throughput_pct
+        );
+        println!(
+            "  p99 at {} k ev/s  off {:.0} us   on {:.0} us   overhead {:.1}% (goal <= 5%)",
+            LATENCY_RATE / 1000,
+            f.off_p99_us,
+            f.on_p99_us,
+            f.overhead_p99_pct
+        );
+        println!(
+            "  traced: {:.0} events per worker-second at {} k ev/s, {:.0} when saturated; {} dropped; slowest real window analysed in {:.1} ms",
+            f.traced_events_per_worker_s,
+            LATENCY_RATE / 1000,
+            f.saturated_events_per_worker_s,
+            f.dropped,
+            f.real_window_ms
+        );
+        println!(
+            "analysis: {:.2} M events/s on one core ({} events in one 1 s window of 2 nodes x 2 workers; goal >= 2 M)",
+            f.analysis_events_per_s / 1e6,
+            f.big_window_events
+        );
+        println!(
+            "one 1 s window of 2 nodes x 2 workers at the density traced at {} k ev/s ({} events): {:.2} ms (goal <= 50 ms)",
+            LATENCY_RATE / 1000,
+            f.window_events,
+            f.window_analysis_ms
+        );
+        println!(
+            "  at the saturated density ({} events): {:.2} ms",
+            f.saturated_window_events, f.saturated_window_ms
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,187 @@
+//! One analysed window: critical participation and plain share of time,
+//! summed per activity type, operator, lane (worker or exchange stream)
+//! and peer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::cp::{Paths, critical_participation};
+use super::event::{Event, Kind, NO_OP};
+use super::graph::{LaneInput, build};
+
+/// One lane's events with what the report names it by.
+pub(crate) struct LaneView<'a> {
+    pub(crate) label: String,
+    /// The peer an exchange stream goes to or comes from.
+    pub(crate) peer: Option<&'a str>,
+    pub(crate) gap: Kind,
+    pub(crate) ops: &'a [Arc<str>],
+    pub(crate) events: &'a [Event],
+}
+
+/// A component or activity with its critical participation (the share of
+/// the window's critical paths through it, weighted by time) and its plain
+/// share of time: for activities and operators, of all lanes' time; for a
+/// worker or peer, the busy (not waiting) share of its own lanes' time.
+/// `None` for messages, which overlap the lanes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    pub name: String,
+    pub cp: f64,
+    pub share: Option<f64>,
+}
+
+/// What `GET /trace` answers per window.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WindowReport {
+    /// The window's start, Unix time in milliseconds.
+    pub start_unix_ms: u64,
+    pub window_ms: u64,
+    /// Timelines in the graph: workers and exchange streams.
+    pub lanes: usize,
+    /// Activity events inside the window.
+    pub events: usize,
+    /// Events lost because a lane's buffer was full (since the last window).
+    pub dropped: u64,
+    /// Which paths CP is over: `"spanning"` (SnailTrail's, from the
+    /// window's start to its end), `"busy"` (no path spans the window,
+    /// because every lane waited at some moment: the maximal paths between
+    /// waits), or `"none"` (nothing but waiting).
+    pub paths: String,
+    /// log10 of the number of those paths.
+    pub paths_log10: Option<f64>,
+    /// Time the analysis of this window took.
+    pub analysis_ms: f64,
+    pub activities: Vec<Row>,
+    pub operators: Vec<Row>,
+    pub workers: Vec<Row>,
+    /// Only in a distributed run: this node and each peer its exchange
+    /// streams talk to.
+    pub peers: Vec<Row>,
+}
+
+#[derive(Default)]
+struct Acc {
+    /// name → (CP, time, whether time is counted)
+    rows: HashMap<String, (f64, u64, bool)>,
+}
+
+impl Acc {
+    fn add(&mut self, name: &str, cp: f64, time_ns: Option<u64>) {
+        let slot = match self.rows.get_mut(name) {
+            Some(s) => s,
+            None => self.rows.entry(name.to_string()).or_default(),
+        };
+        slot.0 += cp;
+        if let Some(t) = time_ns {
+            slot.1 += t;
+            slot.2 = true;
+        }
+    }
+
+    /// `lane_time(name)`: the time a row's share is of.
+    fn rows(self, lane_time: impl Fn(&str) -> f64) -> Vec<Row> {
+        let mut rows: Vec<Row> = self
+            .rows
+            .into_iter()
+            .map(|(name, (cp, t, timed))| Row {
+                share: timed.then(|| t as f64 / lane_time(&name).max(1.0)),
+                name,
+                cp,
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.cp.total_cmp(&a.cp)
+                .then(b.share.unwrap_or(0.0).total_cmp(&a.share.unwrap_or(0.0)))
+                .then(a.name.cmp(&b.name))
+        });
+        rows
+    }
+}
+
+type GroupHash = std::hash::BuildHasherDefault<super::graph::IdHasher>;
+
+/// Builds the graph of `[ws, we)` and sums its critical participation.
+/// `start_unix_ms` and `dropped` are left for the caller.
+pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport {
+    let started = Instant::now();
+    let inputs: Vec<LaneInput<'_>> = lanes
+        .iter()
+        .map(|l| LaneInput {
+            gap: l.gap,
+            events: l.events,
+        })
+        .collect();
+    let pag = build(&inputs, ws, we);
+    let (cp, ln_paths, paths) = critical_participation(&pag);
+    let (mut activities, mut operators, mut workers, mut peers) = (
+        Acc::default(),
+        Acc::default(),
+        Acc::default(),
+        Acc::default(),
+    );
+    let any_peer = lanes.iter().any(|l| l.peer.is_some());
+    // Sum per (receiving lane, sending lane, kind, operator) first: few
+    // distinct keys, so the named rows below cost nothing per edge.
+    let mut groups: HashMap<(u32, u32, Kind, u16), (f64, u64), GroupHash> = HashMap::default();
+    for (e, &c) in pag.edges.iter().zip(&cp) {
+        let from = if e.is_message() { e.lane } else { e.to_lane };
+        let g = groups.entry((e.to_lane, from, e.kind, e.op)).or_default();
+        g.0 += c;
+        g.1 += e.w;
+    }
+    for (&(to_lane, from_lane, kind, op), &(c, w)) in &groups {
+        let message = matches!(kind, Kind::DataMessage | Kind::ControlMessage);
+        let time = (!message).then_some(w);
+        activities.add(kind.name(), c, time);
+        // A message is charged to the lane that takes it: its time in a
+        // queue is the receiver not keeping up.
+        let lane = &lanes[to_lane as usize];
+        // Per lane, the share is of busy time: a lane is there all along.
+        let busy = time.filter(|_| kind != Kind::Waiting);
+        workers.add(&lane.label, c, busy.or(time.map(|_| 0)));
+        if op != NO_OP
+            && let Some(name) = lane.ops.get(op as usize)
+        {
+            match kind {
+                Kind::Processing => operators.add(name, c, time),
+                k => operators.add(&format!("{name} ({})", k.name()), c, time),
+            }
+        }
+        if any_peer {
+            // A message from an incoming exchange stream is the peer's.
+            let peer = lane.peer.or(lanes[from_lane as usize].peer);
+            peers.add(peer.unwrap_or("(this node)"), c, busy.or(time.map(|_| 0)));
+        }
+    }
+    let span = pag.span as f64;
+    let all_lanes = span * lanes.len() as f64;
+    let mut per_label: HashMap<&str, f64> = HashMap::new();
+    let mut per_peer: HashMap<&str, f64> = HashMap::new();
+    for l in lanes {
+        *per_label.entry(&l.label).or_default() += span;
+        *per_peer.entry(l.peer.unwrap_or("(this node)")).or_default() += span;
+    }
+    WindowReport {
+        start_unix_ms: 0,
+        window_ms: pag.span / 1_000_000,
+        lanes: lanes.len(),
+        events: pag.events,
+        dropped: 0,
+        paths: match paths {
+            Paths::Spanning => "spanning",
+            Paths::Busy => "busy",
+            Paths::None => "none",
+        }
+        .to_string(),
+        paths_log10: (ln_paths > f64::NEG_INFINITY).then(|| ln_paths / std::f64::consts::LN_10),
+        analysis_ms: started.elapsed().as_secs_f64() * 1e3,
+        activities: activities.rows(|_| all_lanes),
+        operators: operators.rows(|_| all_lanes),
+        workers: workers.rows(|n| per_label.get(n).copied().unwrap_or(span)),
+        peers: peers.rows(|n| per_peer.get(n).copied().unwrap_or(span)),
+    }
+}
