@@ -241,11 +241,11 @@ pub(crate) enum Workload {
         #[arg(long)]
         json: bool,
     },
-    /// The cost of the bin interface: keyed count throughput at 1, 2^8,
-    /// 2^12 and 2^16 bins.
+    /// The cost of the bin interface: keyed count throughput on 2 workers
+    /// at 2^8, 2^12 and 2^16 bins against one bin per worker.
     Bins {
         /// Events per run.
-        #[arg(long, default_value_t = 4_000_000)]
+        #[arg(long, default_value_t = 20_000_000)]
         events: u64,
         #[arg(long)]
         json: bool,
