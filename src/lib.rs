@@ -28,6 +28,8 @@ pub(crate) mod plan;
 pub(crate) mod state;
 #[cfg(feature = "std")]
 pub(crate) mod trace;
+#[cfg(feature = "std")]
+pub(crate) mod tune;
 
 #[cfg(feature = "std")]
 pub use daemon::api::{

@@ -1,0 +1,19 @@
+//! Demeter-style tuning (Geldenhuys et al., 2024): forecast the input rate
+//! and choose several interdependent settings together (workers, state
+//! cache, checkpoint interval, batch size) with constrained
+//! multi-objective Bayesian optimisation fed by short profiling runs.
+//!
+//! Sans-IO: the forecaster takes a rate history and returns a forecast; the
+//! optimiser takes observations and returns configurations to try or to
+//! run. Recording rates, profiling runs and applying a choice are the
+//! daemon's.
+//!
+//! Only the tests use this so far: the daemon's side (the rate history in
+//! sled, profiling runs, applying a choice, `eddy tune`) comes next, and
+//! until it does the linker leaves these models out of the binary.
+#![allow(dead_code)]
+
+pub(crate) mod forecast;
+pub(crate) mod gp;
+pub(crate) mod optimizer;
+pub(crate) mod pareto;

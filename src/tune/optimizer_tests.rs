@@ -1,0 +1,159 @@
+use super::*;
+
+/// ZDT1 on two variables: the true front is f2 = 1 - sqrt(f1) at x1 = 0.
+fn zdt1(x: &[f64]) -> [f64; 2] {
+    let g = 1.0 + 9.0 * x[1];
+    [x[0], g * (1.0 - (x[0] / g).sqrt())]
+}
+
+fn observed_hypervolume(opt: &Optimizer, reference: [f64; 2]) -> f64 {
+    let points: Vec<[f64; 2]> = opt.front().iter().map(|o| o.objectives).collect();
+    pareto::hypervolume(&points, reference)
+}
+
+#[test]
+fn parego_recovers_the_known_front_of_zdt1() {
+    let reference = [1.1, 1.1];
+    let truth: Vec<[f64; 2]> = (0..=1000)
+        .map(|i| zdt1(&[i as f64 / 1000.0, 0.0]))
+        .collect();
+    let true_hv = pareto::hypervolume(&truth, reference);
+    let evaluations = 40;
+    let mut opt = Optimizer::new(2, false, 0, 10, 1);
+    for _ in 0..evaluations {
+        let x = opt.suggest(0.0);
+        let objectives = zdt1(&x);
+        opt.observe(Observation {
+            x,
+            objectives,
+            constraints: vec![],
+        })
+        .unwrap();
+    }
+    let hv = observed_hypervolume(&opt, reference);
+    // Random search with the same budget, for scale.
+    let mut rng = StdRng::seed_from_u64(1);
+    let random: Vec<[f64; 2]> = (0..evaluations)
+        .map(|_| zdt1(&[rng.random::<f64>(), rng.random::<f64>()]))
+        .collect();
+    let random_hv = pareto::hypervolume(&random, reference);
+    eprintln!(
+        "hypervolume after {evaluations}: parego {hv:.4}, random {random_hv:.4}, true {true_hv:.4}"
+    );
+    assert!(
+        hv >= 0.9 * true_hv,
+        "parego reached {hv:.4} of {true_hv:.4}"
+    );
+    assert!(
+        hv > random_hv,
+        "parego {hv:.4} is no better than random {random_hv:.4}"
+    );
+}
+
+#[test]
+fn constraints_keep_the_front_and_the_choice_feasible() {
+    // Cost falls with x0, the constraint (a latency over its goal) rises
+    // with it: the best feasible point sits on the boundary x0 = 0.6.
+    let f = |x: &[f64]| Observation {
+        x: x.to_vec(),
+        objectives: [
+            1.0 - x[0] + 0.2 * x[1],
+            1.0 - x[0] + 0.5 * (x[1] - 0.5).powi(2),
+        ],
+        constraints: vec![x[0] / 0.6],
+    };
+    let mut opt = Optimizer::new(2, false, 1, 8, 3);
+    for _ in 0..30 {
+        let x = opt.suggest(0.0);
+        opt.observe(f(&x)).unwrap();
+    }
+    assert!(opt.front().iter().all(|o| o.feasible()));
+    let best_seen = opt.front().iter().map(|o| o.x[0]).fold(0.0, f64::max);
+    assert!(
+        best_seen > 0.5,
+        "the search stayed far from the boundary: {best_seen}"
+    );
+    let choice = opt.choose(0.0, 1.0).expect("a feasible choice");
+    let truth = f(&choice.x);
+    assert!(truth.feasible(), "chose an infeasible point {:?}", choice.x);
+    assert!(
+        choice.x[0] > 0.45,
+        "chose {:?}, far from the boundary",
+        choice.x
+    );
+}
+
+#[test]
+fn the_choice_follows_the_rate() {
+    // One setting (workers, normalised) and the rate as context: latency
+    // stays within its goal while the rate is below the workers' capacity;
+    // the cost is the workers.
+    let f = |x: &[f64]| {
+        let capacity = 0.1 + 0.9 * x[0];
+        Observation {
+            x: x.to_vec(),
+            objectives: [x[0], 0.1 + 0.5 * x[0]],
+            constraints: vec![x[1] / capacity],
+        }
+    };
+    let mut opt = Optimizer::new(1, true, 1, 6, 5);
+    // Profiling runs go where the forecast says the rate is heading: here
+    // two rates in turn.
+    for i in 0..30 {
+        let rate = if i % 2 == 0 { 0.2 } else { 0.8 };
+        let x = opt.suggest(rate);
+        assert_eq!(x[1], rate, "the rate is a context, never proposed");
+        opt.observe(f(&x)).unwrap();
+    }
+    let low = opt.choose(0.2, 1.0).expect("a choice at 0.2");
+    let high = opt.choose(0.8, 1.0).expect("a choice at 0.8");
+    assert!(
+        f(&low.x).feasible() && f(&high.x).feasible(),
+        "{low:?} {high:?}"
+    );
+    assert!(
+        high.x[0] > low.x[0] + 0.3,
+        "low {:?} high {:?}",
+        low.x,
+        high.x
+    );
+}
+
+#[test]
+fn bad_observations_are_refused_with_a_reason() {
+    let mut opt = Optimizer::new(2, false, 1, 4, 0);
+    let ok = Observation {
+        x: vec![0.5, 0.5],
+        objectives: [1.0, 1.0],
+        constraints: vec![0.5],
+    };
+    assert!(opt.observe(ok.clone()).is_ok());
+    let short = Observation {
+        x: vec![0.5],
+        ..ok.clone()
+    };
+    assert!(opt.observe(short).unwrap_err().contains("1 coordinates"));
+    let outside = Observation {
+        x: vec![1.5, 0.5],
+        ..ok.clone()
+    };
+    assert!(opt.observe(outside).unwrap_err().contains("out of range"));
+    let nan = Observation {
+        objectives: [f64::NAN, 1.0],
+        ..ok
+    };
+    assert!(opt.observe(nan).is_err());
+    assert_eq!(opt.observations().len(), 1);
+}
+
+#[test]
+fn the_normal_cdf_is_accurate() {
+    for (z, phi) in [
+        (0.0, 0.5),
+        (1.0, 0.841_344_746),
+        (-1.96, 0.024_997_895),
+        (3.0, 0.998_650_102),
+    ] {
+        assert!((normal_cdf(z) - phi).abs() < 1e-6, "{z}");
+    }
+}
