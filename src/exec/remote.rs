@@ -11,6 +11,9 @@
 //! Watermarks and the end of input travel in band as markers, so for the
 //! receiving worker a remote sender is one more input channel: per-sender
 //! order, the minimum watermark and end-of-input work as they do locally.
+//! So do live migration's markers and bin state (the state cut into chunks
+//! well below the frame limit, put together again by the reader), so they
+//! keep their order with the records exactly as on a local channel.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -24,7 +27,7 @@ use super::worker::{Body, Message};
 use crate::control::assignment::Assignment;
 use crate::data::{SchemaRef, wire};
 use crate::mesh::driver::{IncomingStream, MeshNode};
-use crate::mesh::frame::{DataBatch, Frame, Marker, StreamKind};
+use crate::mesh::frame::{BinState, DataBatch, Frame, Marker, StreamKind};
 use crate::mesh::streams::FrameReceiver;
 use crate::trace::{Kind, LaneName, LaneTrace, wire_id};
 
@@ -32,6 +35,9 @@ use crate::trace::{Kind, LaneName, LaneTrace, wire_id};
 const FRAMES_PER_WRITE: usize = 16;
 /// How long the end of a run waits for peers to read what it sent.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest chunk of a migrating bin's state (also at most a quarter of the
+/// peer's frame limit): a chunk is one write, and records wait behind it.
+const STATE_CHUNK_BYTES: usize = 256 << 10;
 
 /// What a distributed run knows of its cluster.
 pub(crate) struct Cluster {
@@ -58,6 +64,8 @@ pub(crate) struct RemoteExchange {
     pub(crate) queues: Vec<Vec<Vec<Option<flume::Sender<Message>>>>>,
     senders: Vec<smol::Task<()>>,
     _dispatch: smol::Task<()>,
+    /// The migration control streams to the other members.
+    _control: Vec<smol::Task<()>>,
 }
 
 impl RemoteExchange {
@@ -122,7 +130,9 @@ impl RemoteExchange {
             }
             queues.push(per_local);
         }
-        let expected = edges.len() * local * (total - local);
+        let control = super::migration_mesh::start(cluster, shared);
+        // Exchange streams, and a control stream from every other member.
+        let expected = edges.len() * local * (total - local) + a.members.len() - 1;
         let dispatch = Dispatch {
             assignment: a.clone(),
             me: cluster.me,
@@ -135,6 +145,7 @@ impl RemoteExchange {
             queues,
             senders,
             _dispatch: task,
+            _control: control,
         })
     }
 
@@ -190,6 +201,7 @@ async fn send_stream(
     let mut seq = 0u64;
     let (mut trace, ids) = link_trace(&link.kind, &link.name, true);
     let mut ended = false;
+    let chunk_limit = STATE_CHUNK_BYTES.min(tx.max_frame_bytes() / 4);
     while !ended {
         let Ok(first) = rx.recv_async().await else {
             // The worker is gone without an end: the run failed or halted.
@@ -219,9 +231,31 @@ async fn send_stream(
                     ended = true;
                     Frame::Marker(Marker::End)
                 }
-                // Bins move between the workers of one process only: a
-                // distributed run never starts a migration.
-                Body::Marker(_) | Body::State { .. } => {
+                Body::Marker(epoch) => Frame::Marker(Marker::Migration(epoch)),
+                Body::State {
+                    bin,
+                    epoch,
+                    entries,
+                } => {
+                    // Its own write: the chunks may be many.
+                    if !frames.is_empty() {
+                        tx.send_many(&frames).await.map_err(|e| e.to_string())?;
+                        frames.clear();
+                    }
+                    let chunks = super::bin_wire::encode_chunks(&entries, chunk_limit);
+                    let n = chunks.len();
+                    for (index, bytes) in chunks.into_iter().enumerate() {
+                        let frame = Frame::BinState(BinState {
+                            epoch,
+                            bin,
+                            index: index as u32,
+                            last: index + 1 == n,
+                            bytes,
+                        });
+                        tx.send(&frame)
+                            .await
+                            .map_err(|e| format!("state of bin {bin}: {e}"))?;
+                    }
                     next = rx.try_recv().ok();
                     continue;
                 }
@@ -291,6 +325,15 @@ impl Dispatch {
                 return;
             };
             let peer = stream.receiver.peer().to_string();
+            if stream.kind == StreamKind::Control {
+                seen.insert((usize::MAX, usize::MAX, seen.len()));
+                smol::spawn(super::migration_mesh::read_control(
+                    stream.receiver,
+                    self.shared.clone(),
+                ))
+                .detach();
+                continue;
+            }
             let StreamKind::Exchange {
                 epoch,
                 edge,
@@ -378,6 +421,9 @@ struct Reader {
 impl Reader {
     async fn run(mut self) -> Result<(), String> {
         let mut ended = false;
+        // A migrating bin's state being put together: (epoch, bin, next
+        // chunk index, entries).
+        let mut state: Option<(u64, u32, u32, super::migration::BinState)> = None;
         let (trace, ids) = &mut self.trace;
         loop {
             let frame = self.rx.recv().await.map_err(|e| e.to_string())?;
@@ -385,6 +431,9 @@ impl Reader {
                 None if ended => return Ok(()),
                 None => return Err("the stream ended before its end marker".into()),
                 Some(_) if ended => return Err("data after the end marker".into()),
+                Some(ref f) if state.is_some() && !matches!(f, Frame::BinState(_)) => {
+                    return Err("a frame amid a bin's state chunks".into());
+                }
                 Some(Frame::Data(d)) => {
                     let t = trace.begin();
                     if t != 0 {
@@ -400,6 +449,28 @@ impl Reader {
                 Some(Frame::Marker(Marker::End)) => {
                     ended = true;
                     Body::End
+                }
+                Some(Frame::Marker(Marker::Migration(epoch))) => Body::Marker(epoch),
+                Some(Frame::BinState(c)) => {
+                    let (epoch, bin, index, mut entries) =
+                        state.take().unwrap_or((c.epoch, c.bin, 0, Vec::new()));
+                    if (epoch, bin, index) != (c.epoch, c.bin, c.index) {
+                        return Err(format!(
+                            "state chunk {} of bin {} (epoch {}) where chunk {index} of bin {bin} (epoch {epoch}) was due",
+                            c.index, c.bin, c.epoch
+                        ));
+                    }
+                    super::bin_wire::decode_chunk(&c.bytes, &mut entries)
+                        .map_err(|e| format!("state of bin {bin}: {e}"))?;
+                    if !c.last {
+                        state = Some((epoch, bin, index + 1, entries));
+                        continue;
+                    }
+                    Body::State {
+                        bin,
+                        epoch,
+                        entries,
+                    }
                 }
                 Some(other) => return Err(format!("unexpected frame {other:?}")),
             };
