@@ -381,3 +381,59 @@ fn a_concurrent_rebalance_is_refused_with_409() {
         diff(&got, &want)
     );
 }
+
+/// In one process `POST /rebalance` moves bins between its workers: every
+/// bin to worker 0, while the records flow; the output is exact.
+#[test]
+fn rebalance_in_one_process() {
+    const EVENTS: u64 = 100_000;
+    let want = reference(EVENTS);
+    let s = Scratch::new();
+    let port = free_port();
+    let head = format!(
+        "[node]\nworkers = 2\nbins = {BINS}\ndata_dir = \"{}\"\n[checkpoint]\nenabled = false\n[api]\naddress = \"127.0.0.1:{port}\"\n",
+        s.path("data").display()
+    );
+    let out = s.path("rows.jsonl");
+    let config = s.write("one.toml", &pipeline(&head, EVENTS, Some(40_000), &out));
+    let log = std::fs::File::create(s.path("one.log")).expect("log file");
+    let mut node = Running(Some(
+        eddy()
+            .env("RUST_LOG", "info")
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn eddy"),
+    ));
+    let started = Instant::now();
+    while http(port, "GET", "/health").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no API");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let body = serde_json::json!({ "assignment": vec![0; BINS] }).to_string();
+    let (code, answer) = post(port, "/rebalance", &body);
+    assert_eq!(code, 200, "{answer}\n{}", s.read("one.log"));
+    let report: Value = serde_json::from_str(&answer).expect("JSON report");
+    assert_eq!(report["bins"], BINS / 2, "{answer}");
+    let child = node.0.as_mut().expect("running");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed() < RUN_LIMIT, "{}", s.read("one.log"));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    node.0 = None;
+    assert!(status.success(), "{}", s.read("one.log"));
+    assert!(s.read("one.log").contains("migration done"));
+    let got = multiset(&json_lines(&s.read("rows.jsonl")));
+    assert!(
+        got == want,
+        "1 process with a migration: {}",
+        diff(&got, &want)
+    );
+}
