@@ -621,4 +621,105 @@ mod tests {
             writer.await;
         });
     }
+
+    /// Migration markers and a bin's state cut into chunks cross a real
+    /// QUIC stream in order with the batches, and the reader puts the
+    /// state together again; a chunk out of order closes the stream with
+    /// an error that says so.
+    #[test]
+    fn markers_and_chunked_state_cross_in_order() {
+        let ca = ca::generate_ca("blue", 1).expect("ca");
+        let (a, b) = (endpoint(&ca, "a"), endpoint(&ca, "b"));
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("seq", DataType::Int),
+            Field::new("pad", DataType::Str),
+        ]));
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..5000u32)
+            .map(|i| (i.to_le_bytes().to_vec(), vec![7; 100]))
+            .collect();
+        let chunks = super::super::bin_wire::encode_chunks(&entries, 64 << 10);
+        assert!(chunks.len() > 5);
+        smol::block_on(async {
+            let to_b = a.connect(b.local_addr()).await.expect("connect");
+            let from_a = b.accept().await.expect("accept");
+            let kind = StreamKind::Exchange {
+                epoch: 1,
+                edge: 0,
+                sender: 0,
+                receiver: 1,
+            };
+            let mut tx = to_b.open_stream(kind).await.expect("open");
+            let mut frames = vec![
+                Frame::Data(DataBatch {
+                    seq: 1,
+                    records: 2048,
+                    bytes: batch(&schema, 1),
+                }),
+                Frame::Marker(Marker::Migration(3)),
+            ];
+            let n = chunks.len();
+            for (i, bytes) in chunks.iter().enumerate() {
+                frames.push(Frame::BinState(BinState {
+                    epoch: 3,
+                    bin: 9,
+                    index: i as u32,
+                    last: i + 1 == n,
+                    bytes: bytes.clone(),
+                }));
+            }
+            frames.push(Frame::Marker(Marker::End));
+            let writer = smol::spawn(async move {
+                tx.send_many(&frames).await.expect("send");
+                tx.finish_and_wait().await.expect("delivered");
+            });
+            let (_, rx) = from_a.accept_stream().await.expect("accept stream");
+            let (inbox_tx, inbox) = flume::unbounded();
+            let reader = Reader {
+                rx,
+                schema: schema.clone(),
+                inbox: inbox_tx,
+                sender: 0,
+                wake: Box::new(|| {}),
+                trace: link_trace(&kind, "a", false),
+            };
+            reader.run().await.expect("the stream ends cleanly");
+            writer.await;
+            let got: Vec<Body> = inbox.drain().map(|m| m.body).collect();
+            assert_eq!(got.len(), 4, "batch, marker, state, end");
+            assert!(matches!(got[0], Body::Batch(_)));
+            assert!(matches!(got[1], Body::Marker(3)));
+            match &got[2] {
+                Body::State {
+                    bin: 9,
+                    epoch: 3,
+                    entries: e,
+                } => assert!(*e == entries, "the state arrives whole"),
+                _ => panic!("the state comes third"),
+            }
+            assert!(matches!(got[3], Body::End));
+
+            // A chunk out of order.
+            let mut tx = to_b.open_stream(kind).await.expect("open");
+            let bad = Frame::BinState(BinState {
+                epoch: 3,
+                bin: 9,
+                index: 1,
+                last: true,
+                bytes: Vec::new(),
+            });
+            tx.send(&bad).await.expect("send");
+            let (_, rx) = from_a.accept_stream().await.expect("accept stream");
+            let (inbox_tx, _inbox) = flume::unbounded();
+            let reader = Reader {
+                rx,
+                schema,
+                inbox: inbox_tx,
+                sender: 0,
+                wake: Box::new(|| {}),
+                trace: link_trace(&kind, "a", false),
+            };
+            let err = reader.run().await.expect_err("refused");
+            assert!(err.contains("state chunk 1 of bin 9"), "{err}");
+        });
+    }
 }
