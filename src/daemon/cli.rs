@@ -69,6 +69,18 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Move the running pipeline's bins live to an even assignment over
+    /// every worker of the run (every member's in a distributed run),
+    /// through a node's local API (`POST /rebalance`); prints what moved.
+    Rebalance {
+        /// The node's local API (`[api] address`); that node coordinates.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7401")]
+        api: String,
+        /// all_at_once, fluid or batched (default: the node's
+        /// `[migration] strategy`).
+        #[arg(long, value_name = "S")]
+        strategy: Option<String>,
+    },
     /// A live view of the cluster (read from a node's local API): per node
     /// and operator the rates, useful-time and backpressure shares,
     /// workers and bins, and the last scaling decision and why.

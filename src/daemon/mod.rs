@@ -17,6 +17,7 @@ pub mod migration_api;
 mod notify;
 mod peers;
 mod prometheus;
+mod rebalance;
 mod reload;
 mod run;
 mod services;
@@ -41,6 +42,9 @@ pub fn main() -> ExitCode {
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
         cli::Command::Peers { api, json } => peers::peers(&api, json),
+        cli::Command::Rebalance { api, strategy } => {
+            rebalance::rebalance(&api, strategy.as_deref())
+        }
         cli::Command::Top {
             api,
             once,

@@ -71,6 +71,8 @@ pub(crate) struct Services {
     /// The controller's gossip and planner (`gossip.rs`), and its thread.
     cluster: Arc<ClusterSource>,
     gossip: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// The running pipeline for `POST /rebalance`.
+    rebalance: Arc<super::rebalance::RebalanceSource>,
 }
 
 impl Services {
@@ -136,6 +138,7 @@ impl Services {
             watchdog: None,
             cluster: cluster.clone(),
             gossip: None,
+            rebalance: Arc::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         match gossip::spawn(cluster.clone(), stop.clone()) {
@@ -153,6 +156,7 @@ impl Services {
             );
             let router = gossip::routes(router, cluster);
             let router = super::trace::routes(router);
+            let router = super::rebalance::routes(router, services.rebalance.clone());
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
@@ -202,6 +206,7 @@ impl Services {
     /// systemd hears that the service is ready.
     pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {
         self.cluster.attach(Some(reporter.clone()));
+        self.rebalance.attach(Some(reporter.clone()));
         self.metrics.attach(Some(reporter));
         if let Some(n) = &self.notify {
             n.send(&format!("READY=1\nSTATUS=running: {described}"));
@@ -213,6 +218,7 @@ impl Services {
     pub(crate) fn detach(&self) {
         self.metrics.attach(None);
         self.cluster.attach(None);
+        self.rebalance.attach(None);
         if let Some(n) = &self.notify {
             n.send("RELOADING=1\nSTATUS=reloading");
         }

@@ -9,8 +9,11 @@
 //! state has not arrived yet are held per (node, bin), in arrival order.
 //! The hot path pays one `idle()` test per exchanged batch.
 //!
-//! Within one process only: bins do not yet move between the members of a
-//! distributed run (the bodies have no wire form).
+//! In a distributed run the same happens across members: markers and bin
+//! state travel as frames on the exchange streams (`remote.rs`), and the
+//! coordinator's Prepare/Switch and the workers' replies on a control
+//! stream per peer (`migration_mesh.rs`, which also says how exactly one
+//! coordinator runs at a time cluster-wide).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,11 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::migration_mesh::Link;
 use super::worker::{Body, Worker};
 use crate::data::Batch;
 use crate::kernel::hash::bin_of;
+use crate::mesh::frame::MigrateMsg;
 use crate::migrate::{
-    Assignment, CoordInput, CoordOutput, Coordinator, Input, Migrator, Output, Report, Strategy,
+    Assignment, CoordInput, CoordOutput, Coordinator, Input, Migrator, Output, Report, Step,
+    Strategy,
 };
 
 /// Entries of one bin, as `Operator::export_bins` gives them.
@@ -36,21 +42,71 @@ const HELD_ROWS_WARN: usize = 1 << 20;
 /// How long a rebalance waits for the workers before giving up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The run-wide side: the coordinator and the channels to the workers.
+/// The node-wide side: the coordinator (when this node coordinates) and
+/// the channels to this node's workers.
 pub(crate) struct Control {
-    to_workers: Vec<flume::Sender<Input>>,
+    /// This node's workers, by local index.
+    pub(crate) to_workers: Vec<flume::Sender<Input>>,
+    /// Replies of the workers (this node's, and other members' over the
+    /// mesh) to the coordinator.
+    pub(crate) to_coordinator: flume::Sender<CoordInput>,
     from_workers: flume::Receiver<CoordInput>,
-    coordinator: Mutex<Coordinator>,
+    pub(crate) coordinator: Mutex<Coordinator>,
     origin: Instant,
-    /// Set while a migration runs: no checkpoint barrier is injected.
+    /// Set while a migration runs (coordinated here or by another member):
+    /// no checkpoint barrier is injected, no worker returns, no other
+    /// migration starts. This node's part of the cluster-wide lock.
     pub(crate) migrating: AtomicBool,
+    /// Who holds `migrating`: (request id, coordinating member).
+    pub(crate) holder: Mutex<Option<(u64, usize)>>,
+    /// The other members, in a distributed run.
+    pub(crate) mesh: std::sync::OnceLock<Link>,
+    /// Answers of the other members to this node's `Begin`.
+    pub(crate) acks: (flume::Sender<MigrateMsg>, flume::Receiver<MigrateMsg>),
+    /// On a member that does not coordinate: the step in flight and the
+    /// assignment after the steps switched so far (its coordinator takes
+    /// it at `Finish`, so any member may coordinate the next migration).
+    pub(crate) tracked: Mutex<(Option<Step>, Assignment)>,
+}
+
+/// Why a rebalance did not happen.
+#[derive(Debug)]
+pub(crate) enum RebalanceError {
+    /// Another migration runs (here or on another member): HTTP 409.
+    Busy(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for RebalanceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RebalanceError::Busy(m) | RebalanceError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<RebalanceError> for String {
+    fn from(e: RebalanceError) -> String {
+        e.to_string()
+    }
+}
+
+impl From<String> for RebalanceError {
+    fn from(m: String) -> RebalanceError {
+        RebalanceError::Failed(m)
+    }
+}
+
+impl From<&str> for RebalanceError {
+    fn from(m: &str) -> RebalanceError {
+        RebalanceError::Failed(m.to_string())
+    }
 }
 
 /// One worker's side.
 pub(crate) struct WorkerMigration {
     pub(crate) machine: Migrator,
     control: Option<flume::Receiver<Input>>,
-    to_coordinator: Option<flume::Sender<CoordInput>>,
     /// Records held per (node, bin): (port, rows) in arrival order.
     held: HashMap<(usize, u32), Vec<(usize, Batch)>>,
     held_rows: usize,
@@ -69,14 +125,15 @@ pub(crate) struct WorkerMigration {
     out_held: Vec<bool>,
 }
 
-/// Builds the control of a single-process run of `workers` workers and
-/// each worker's side.
+/// Builds the control of this node's `workers` workers (global ids from
+/// `first`, of `global` in the run) and each worker's side.
 pub(crate) fn setup(
     workers: usize,
+    first: usize,
+    global: usize,
     assignment: &[u16],
     keyed: &[crate::migrate::KeyedNode],
     state_edge: Vec<Option<usize>>,
-    single_process: bool,
 ) -> (Option<std::sync::Arc<Control>>, Vec<WorkerMigration>) {
     let current = Assignment::new(0, assignment.iter().map(|&w| w as u32).collect());
     let (coord_tx, coord_rx) = flume::unbounded();
@@ -86,9 +143,8 @@ pub(crate) fn setup(
         let (tx, rx) = flume::unbounded();
         to_workers.push(tx);
         sides.push(WorkerMigration {
-            machine: Migrator::new(w as u32, workers as u32, &current, keyed),
-            control: single_process.then_some(rx),
-            to_coordinator: single_process.then(|| coord_tx.clone()),
+            machine: Migrator::new((first + w) as u32, global as u32, &current, keyed),
+            control: Some(rx),
             held: HashMap::new(),
             held_rows: 0,
             warned: false,
@@ -98,21 +154,23 @@ pub(crate) fn setup(
             deferred_end: Vec::new(),
         });
     }
-    let control = single_process.then(|| {
-        std::sync::Arc::new(Control {
-            to_workers,
-            from_workers: coord_rx,
-            coordinator: Mutex::new(Coordinator::new(workers as u32, current)),
-            origin: Instant::now(),
-            migrating: AtomicBool::new(false),
-        })
+    let control = std::sync::Arc::new(Control {
+        to_workers,
+        to_coordinator: coord_tx,
+        from_workers: coord_rx,
+        coordinator: Mutex::new(Coordinator::new(global as u32, current.clone())),
+        origin: Instant::now(),
+        migrating: AtomicBool::new(false),
+        holder: Mutex::new(None),
+        mesh: std::sync::OnceLock::new(),
+        acks: flume::unbounded(),
+        tracked: Mutex::new((None, current)),
     });
-    (control, sides)
+    (Some(control), sides)
 }
 
 impl WorkerMigration {
-    /// For workers of a distributed run (no migration there yet): the
-    /// router's table is the cluster's assignment.
+    /// A placeholder while a worker is being built.
     pub(crate) fn fixed(
         me: usize,
         workers: usize,
@@ -123,7 +181,6 @@ impl WorkerMigration {
         WorkerMigration {
             machine: Migrator::new(me as u32, workers as u32, &current, keyed),
             control: None,
-            to_coordinator: None,
             held: HashMap::new(),
             held_rows: 0,
             warned: false,
@@ -136,21 +193,19 @@ impl WorkerMigration {
 }
 
 impl Shared {
-    /// Moves bins between this run's workers while it runs, from the
-    /// current assignment to `target` (default: even), step by step as
-    /// `strategy` says; returns when every step is done. One at a time.
+    /// Moves bins between this run's workers (every member's, in a
+    /// distributed run) while it runs, from the current assignment to
+    /// `target` (default: even), step by step as `strategy` says; returns
+    /// when every step is done. One at a time, cluster-wide.
     pub(crate) fn rebalance(
         &self,
         target: Option<Vec<u32>>,
         strategy: Strategy,
-    ) -> Result<Report, String> {
-        let control = self.migration.as_ref().ok_or(
-            "bins move between the workers of one process only (not in a distributed run)",
-        )?;
-        let mut coordinator = control
-            .coordinator
-            .try_lock()
-            .map_err(|_| "a migration is already running")?;
+    ) -> Result<Report, RebalanceError> {
+        let control = self
+            .migration
+            .as_ref()
+            .ok_or("this run has no migration control")?;
         let target =
             target.unwrap_or_else(|| crate::migrate::even(self.bins, self.global_workers as u32));
         if target.len() != self.bins as usize {
@@ -158,17 +213,48 @@ impl Shared {
                 "the target assignment has {} bins, the run {}",
                 target.len(),
                 self.bins
-            ));
+            )
+            .into());
+        }
+        if let Some(w) = target.iter().find(|&&w| w as usize >= self.global_workers) {
+            return Err(format!(
+                "the target assignment names worker {w}, the run has {}",
+                self.global_workers
+            )
+            .into());
         }
         // With `may_finish`: either that worker stays for the migration,
         // or the migration sees it leaving and does not start.
-        control.migrating.store(true, SeqCst);
+        if control
+            .migrating
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Err(RebalanceError::Busy(control.busy_reason()));
+        }
         if self.finishing.load(SeqCst) > 0 {
             control.migrating.store(false, SeqCst);
             return Err("the input has ended: no migration now".into());
         }
-        let result = self.drive(control, &mut coordinator, &target, strategy);
-        control.migrating.store(false, Relaxed);
+        let me = control.mesh.get().map_or(0, |l| l.me);
+        let id = request_id(me);
+        *lock(&control.holder) = Some((id, me));
+        let result = (|| {
+            let mut coordinator = lock(&control.coordinator);
+            if let Some(link) = control.mesh.get() {
+                link.lock_cluster(control, id, coordinator.assignment().epoch)?;
+            }
+            let r = self.drive(control, &mut coordinator, &target, strategy);
+            if let Some(link) = control.mesh.get() {
+                link.broadcast(MigrateMsg::Finish {
+                    id,
+                    epoch: coordinator.assignment().epoch,
+                });
+            }
+            r.map_err(RebalanceError::Failed)
+        })();
+        *lock(&control.holder) = None;
+        control.migrating.store(false, SeqCst);
         result
     }
 
@@ -213,12 +299,21 @@ impl Shared {
                 match o {
                     CoordOutput::Prepare(step) => {
                         deadline = Instant::now() + STEP_TIMEOUT;
+                        if let Some(link) = control.mesh.get() {
+                            link.broadcast(MigrateMsg::Prepare {
+                                epoch: step.epoch,
+                                moves: step.moves.iter().map(|m| (m.bin, m.from, m.to)).collect(),
+                            });
+                        }
                         for tx in &control.to_workers {
                             let _ = tx.send(Input::Prepare(step.clone()));
                         }
                         self.wake_workers();
                     }
                     CoordOutput::Switch { epoch } => {
+                        if let Some(link) = control.mesh.get() {
+                            link.broadcast(MigrateMsg::Switch { epoch });
+                        }
                         for tx in &control.to_workers {
                             let _ = tx.send(Input::Switch { epoch });
                         }
@@ -504,8 +599,8 @@ impl Worker {
     }
 
     fn to_coordinator(&self, input: CoordInput) {
-        if let Some(tx) = &self.mig.to_coordinator {
-            let _ = tx.send(input);
+        if let Some(control) = &self.shared.migration {
+            control.reply(input);
         }
     }
 
@@ -542,4 +637,65 @@ impl Worker {
             );
         }
     }
+}
+
+impl Control {
+    /// A worker's reply, to the coordinator wherever it runs.
+    pub(crate) fn reply(&self, input: CoordInput) {
+        let coordinating = lock(&self.holder).map(|(_, node)| node);
+        match (self.mesh.get(), coordinating) {
+            (Some(link), Some(node)) if node != link.me => {
+                let msg = match input {
+                    CoordInput::Prepared { worker, epoch } => {
+                        MigrateMsg::Prepared { worker, epoch }
+                    }
+                    CoordInput::Done {
+                        worker,
+                        epoch,
+                        bins_in,
+                        bytes_in,
+                    } => MigrateMsg::Done {
+                        worker,
+                        epoch,
+                        bins_in,
+                        bytes_in,
+                    },
+                    CoordInput::Tick => return,
+                };
+                link.send(node, msg);
+            }
+            _ => {
+                let _ = self.to_coordinator.send(input);
+            }
+        }
+    }
+
+    /// Why a migration cannot start now.
+    pub(crate) fn busy_reason(&self) -> String {
+        match *lock(&self.holder) {
+            Some((_, node)) => match self.mesh.get() {
+                Some(link) if node != link.me => format!(
+                    "a migration is already running (coordinated by {})",
+                    link.name(node)
+                ),
+                _ => "a migration is already running (coordinated by this node)".to_string(),
+            },
+            None => "a migration is already running".to_string(),
+        }
+    }
+}
+
+/// A mutex's value, also after a panic elsewhere (the data stays valid:
+/// every critical section here is a plain assignment).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A request id unique in the cluster for its lifetime: the member in the
+/// high bits, the time in the low ones.
+fn request_id(me: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    ((me as u64) << 48) ^ (nanos & ((1 << 48) - 1))
 }

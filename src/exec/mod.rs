@@ -2,11 +2,13 @@
 //! records exchanged between them by key bin over bounded channels,
 //! watermarks, end of input, and the intrinsic metrics.
 
+mod bin_wire;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
 pub(crate) mod metrics;
 mod migration;
+mod migration_mesh;
 pub(crate) mod operator;
 mod ops;
 pub(crate) mod remote;
@@ -23,6 +25,7 @@ use crate::kernel::counters::Counters;
 use crate::plan::{NodeKind, Plan};
 use metrics::{Latency, OpMetrics};
 
+pub(crate) use migration::RebalanceError;
 pub(crate) use remote::Cluster;
 pub(crate) use start::{start, start_with};
 
@@ -61,8 +64,8 @@ pub(crate) struct Shared {
     pub(crate) restored: Option<Arc<crate::state::CheckpointRecord>>,
     /// Closes the network sources before a final checkpoint.
     pub(crate) ingest: crate::io::IngestControl,
-    /// Live bin migration between this process's workers (`None` in a
-    /// distributed run).
+    /// Live bin migration between the run's workers (this node's, and
+    /// the other members' in a distributed run).
     pub(crate) migration: Option<Arc<migration::Control>>,
     /// A latency probe on one node (`eddy bench migration`); unset, it
     /// costs one load per delivered batch.
@@ -184,6 +187,11 @@ pub(crate) struct Report {
 }
 
 impl Reporter {
+    /// The run's shared state (`POST /rebalance`).
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     /// The plan this run executes.
     pub(crate) fn plan(&self) -> &Arc<Plan> {
         &self.plan

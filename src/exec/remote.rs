@@ -11,6 +11,9 @@
 //! Watermarks and the end of input travel in band as markers, so for the
 //! receiving worker a remote sender is one more input channel: per-sender
 //! order, the minimum watermark and end-of-input work as they do locally.
+//! So do live migration's markers and bin state (the state cut into chunks
+//! well below the frame limit, put together again by the reader), so they
+//! keep their order with the records exactly as on a local channel.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -24,7 +27,7 @@ use super::worker::{Body, Message};
 use crate::control::assignment::Assignment;
 use crate::data::{SchemaRef, wire};
 use crate::mesh::driver::{IncomingStream, MeshNode};
-use crate::mesh::frame::{DataBatch, Frame, Marker, StreamKind};
+use crate::mesh::frame::{BinState, DataBatch, Frame, Marker, StreamKind};
 use crate::mesh::streams::FrameReceiver;
 use crate::trace::{Kind, LaneName, LaneTrace, wire_id};
 
@@ -32,6 +35,9 @@ use crate::trace::{Kind, LaneName, LaneTrace, wire_id};
 const FRAMES_PER_WRITE: usize = 16;
 /// How long the end of a run waits for peers to read what it sent.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest chunk of a migrating bin's state (also at most a quarter of the
+/// peer's frame limit): a chunk is one write, and records wait behind it.
+const STATE_CHUNK_BYTES: usize = 256 << 10;
 
 /// What a distributed run knows of its cluster.
 pub(crate) struct Cluster {
@@ -58,6 +64,8 @@ pub(crate) struct RemoteExchange {
     pub(crate) queues: Vec<Vec<Vec<Option<flume::Sender<Message>>>>>,
     senders: Vec<smol::Task<()>>,
     _dispatch: smol::Task<()>,
+    /// The migration control streams to the other members.
+    _control: Vec<smol::Task<()>>,
 }
 
 impl RemoteExchange {
@@ -122,7 +130,9 @@ impl RemoteExchange {
             }
             queues.push(per_local);
         }
-        let expected = edges.len() * local * (total - local);
+        let control = super::migration_mesh::start(cluster, shared);
+        // Exchange streams, and a control stream from every other member.
+        let expected = edges.len() * local * (total - local) + a.members.len() - 1;
         let dispatch = Dispatch {
             assignment: a.clone(),
             me: cluster.me,
@@ -135,6 +145,7 @@ impl RemoteExchange {
             queues,
             senders,
             _dispatch: task,
+            _control: control,
         })
     }
 
@@ -190,6 +201,7 @@ async fn send_stream(
     let mut seq = 0u64;
     let (mut trace, ids) = link_trace(&link.kind, &link.name, true);
     let mut ended = false;
+    let chunk_limit = STATE_CHUNK_BYTES.min(tx.max_frame_bytes() / 4);
     while !ended {
         let Ok(first) = rx.recv_async().await else {
             // The worker is gone without an end: the run failed or halted.
@@ -219,9 +231,31 @@ async fn send_stream(
                     ended = true;
                     Frame::Marker(Marker::End)
                 }
-                // Bins move between the workers of one process only: a
-                // distributed run never starts a migration.
-                Body::Marker(_) | Body::State { .. } => {
+                Body::Marker(epoch) => Frame::Marker(Marker::Migration(epoch)),
+                Body::State {
+                    bin,
+                    epoch,
+                    entries,
+                } => {
+                    // Its own write: the chunks may be many.
+                    if !frames.is_empty() {
+                        tx.send_many(&frames).await.map_err(|e| e.to_string())?;
+                        frames.clear();
+                    }
+                    let chunks = super::bin_wire::encode_chunks(&entries, chunk_limit);
+                    let n = chunks.len();
+                    for (index, bytes) in chunks.into_iter().enumerate() {
+                        let frame = Frame::BinState(BinState {
+                            epoch,
+                            bin,
+                            index: index as u32,
+                            last: index + 1 == n,
+                            bytes,
+                        });
+                        tx.send(&frame)
+                            .await
+                            .map_err(|e| format!("state of bin {bin}: {e}"))?;
+                    }
                     next = rx.try_recv().ok();
                     continue;
                 }
@@ -291,6 +325,15 @@ impl Dispatch {
                 return;
             };
             let peer = stream.receiver.peer().to_string();
+            if stream.kind == StreamKind::Control {
+                seen.insert((usize::MAX, usize::MAX, seen.len()));
+                smol::spawn(super::migration_mesh::read_control(
+                    stream.receiver,
+                    self.shared.clone(),
+                ))
+                .detach();
+                continue;
+            }
             let StreamKind::Exchange {
                 epoch,
                 edge,
@@ -378,6 +421,9 @@ struct Reader {
 impl Reader {
     async fn run(mut self) -> Result<(), String> {
         let mut ended = false;
+        // A migrating bin's state being put together: (epoch, bin, next
+        // chunk index, entries).
+        let mut state: Option<(u64, u32, u32, super::migration::BinState)> = None;
         let (trace, ids) = &mut self.trace;
         loop {
             let frame = self.rx.recv().await.map_err(|e| e.to_string())?;
@@ -385,6 +431,9 @@ impl Reader {
                 None if ended => return Ok(()),
                 None => return Err("the stream ended before its end marker".into()),
                 Some(_) if ended => return Err("data after the end marker".into()),
+                Some(ref f) if state.is_some() && !matches!(f, Frame::BinState(_)) => {
+                    return Err("a frame amid a bin's state chunks".into());
+                }
                 Some(Frame::Data(d)) => {
                     let t = trace.begin();
                     if t != 0 {
@@ -400,6 +449,28 @@ impl Reader {
                 Some(Frame::Marker(Marker::End)) => {
                     ended = true;
                     Body::End
+                }
+                Some(Frame::Marker(Marker::Migration(epoch))) => Body::Marker(epoch),
+                Some(Frame::BinState(c)) => {
+                    let (epoch, bin, index, mut entries) =
+                        state.take().unwrap_or((c.epoch, c.bin, 0, Vec::new()));
+                    if (epoch, bin, index) != (c.epoch, c.bin, c.index) {
+                        return Err(format!(
+                            "state chunk {} of bin {} (epoch {}) where chunk {index} of bin {bin} (epoch {epoch}) was due",
+                            c.index, c.bin, c.epoch
+                        ));
+                    }
+                    super::bin_wire::decode_chunk(&c.bytes, &mut entries)
+                        .map_err(|e| format!("state of bin {bin}: {e}"))?;
+                    if !c.last {
+                        state = Some((epoch, bin, index + 1, entries));
+                        continue;
+                    }
+                    Body::State {
+                        bin,
+                        epoch,
+                        entries,
+                    }
                 }
                 Some(other) => return Err(format!("unexpected frame {other:?}")),
             };
@@ -548,6 +619,107 @@ mod tests {
             assert_eq!(seq, FRAMES);
             reading.await.expect("the stream ends cleanly");
             writer.await;
+        });
+    }
+
+    /// Migration markers and a bin's state cut into chunks cross a real
+    /// QUIC stream in order with the batches, and the reader puts the
+    /// state together again; a chunk out of order closes the stream with
+    /// an error that says so.
+    #[test]
+    fn markers_and_chunked_state_cross_in_order() {
+        let ca = ca::generate_ca("blue", 1).expect("ca");
+        let (a, b) = (endpoint(&ca, "a"), endpoint(&ca, "b"));
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("seq", DataType::Int),
+            Field::new("pad", DataType::Str),
+        ]));
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..5000u32)
+            .map(|i| (i.to_le_bytes().to_vec(), vec![7; 100]))
+            .collect();
+        let chunks = super::super::bin_wire::encode_chunks(&entries, 64 << 10);
+        assert!(chunks.len() > 5);
+        smol::block_on(async {
+            let to_b = a.connect(b.local_addr()).await.expect("connect");
+            let from_a = b.accept().await.expect("accept");
+            let kind = StreamKind::Exchange {
+                epoch: 1,
+                edge: 0,
+                sender: 0,
+                receiver: 1,
+            };
+            let mut tx = to_b.open_stream(kind).await.expect("open");
+            let mut frames = vec![
+                Frame::Data(DataBatch {
+                    seq: 1,
+                    records: 2048,
+                    bytes: batch(&schema, 1),
+                }),
+                Frame::Marker(Marker::Migration(3)),
+            ];
+            let n = chunks.len();
+            for (i, bytes) in chunks.iter().enumerate() {
+                frames.push(Frame::BinState(BinState {
+                    epoch: 3,
+                    bin: 9,
+                    index: i as u32,
+                    last: i + 1 == n,
+                    bytes: bytes.clone(),
+                }));
+            }
+            frames.push(Frame::Marker(Marker::End));
+            let writer = smol::spawn(async move {
+                tx.send_many(&frames).await.expect("send");
+                tx.finish_and_wait().await.expect("delivered");
+            });
+            let (_, rx) = from_a.accept_stream().await.expect("accept stream");
+            let (inbox_tx, inbox) = flume::unbounded();
+            let reader = Reader {
+                rx,
+                schema: schema.clone(),
+                inbox: inbox_tx,
+                sender: 0,
+                wake: Box::new(|| {}),
+                trace: link_trace(&kind, "a", false),
+            };
+            reader.run().await.expect("the stream ends cleanly");
+            writer.await;
+            let got: Vec<Body> = inbox.drain().map(|m| m.body).collect();
+            assert_eq!(got.len(), 4, "batch, marker, state, end");
+            assert!(matches!(got[0], Body::Batch(_)));
+            assert!(matches!(got[1], Body::Marker(3)));
+            match &got[2] {
+                Body::State {
+                    bin: 9,
+                    epoch: 3,
+                    entries: e,
+                } => assert!(*e == entries, "the state arrives whole"),
+                _ => panic!("the state comes third"),
+            }
+            assert!(matches!(got[3], Body::End));
+
+            // A chunk out of order.
+            let mut tx = to_b.open_stream(kind).await.expect("open");
+            let bad = Frame::BinState(BinState {
+                epoch: 3,
+                bin: 9,
+                index: 1,
+                last: true,
+                bytes: Vec::new(),
+            });
+            tx.send(&bad).await.expect("send");
+            let (_, rx) = from_a.accept_stream().await.expect("accept stream");
+            let (inbox_tx, _inbox) = flume::unbounded();
+            let reader = Reader {
+                rx,
+                schema,
+                inbox: inbox_tx,
+                sender: 0,
+                wake: Box::new(|| {}),
+                trace: link_trace(&kind, "a", false),
+            };
+            let err = reader.run().await.expect_err("refused");
+            assert!(err.contains("state chunk 1 of bin 9"), "{err}");
         });
     }
 }

@@ -89,8 +89,14 @@ pub(crate) fn start_with(
             keyed.push(crate::migrate::KeyedNode { node: i, ports });
         }
     }
-    let (migration, mut migrations) =
-        super::migration::setup(workers, &assignment, &keyed, state_edge, cluster.is_none());
+    let (migration, mut migrations) = super::migration::setup(
+        workers,
+        first_worker,
+        global_workers,
+        &assignment,
+        &keyed,
+        state_edge,
+    );
     let shared = Arc::new(Shared {
         workers,
         global_workers,
@@ -503,19 +509,10 @@ pub(crate) fn start_with(
             drain_order,
             rows_by_worker: vec![Vec::new(); global_workers],
             injected: checkpoint,
-            mig: if cluster.is_none() {
-                std::mem::replace(
-                    &mut migrations[w],
-                    super::migration::WorkerMigration::fixed(w, workers, &[0], &[]),
-                )
-            } else {
-                super::migration::WorkerMigration::fixed(
-                    first_worker + w,
-                    global_workers,
-                    &shared.assignment,
-                    &keyed,
-                )
-            },
+            mig: std::mem::replace(
+                &mut migrations[w],
+                super::migration::WorkerMigration::fixed(w, workers, &[0], &[]),
+            ),
             trace: crate::trace::LaneTrace::worker(first_worker + w, names),
         };
         let shared_for_thread = shared.clone();

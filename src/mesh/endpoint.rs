@@ -574,6 +574,8 @@ fn frame_name(f: &Frame) -> &'static str {
         Frame::Membership(_) => "Membership",
         Frame::StateChunk(_) => "StateChunk",
         Frame::Marker(_) => "Marker",
+        Frame::BinState(_) => "BinState",
+        Frame::Migrate(_) => "Migrate",
     }
 }
 

@@ -72,6 +72,9 @@ pub enum Marker {
     Barrier(u64),
     /// The sender has no more data on this stream.
     End,
+    /// Live migration: the sender's router switched to the assignment of
+    /// this epoch; records before it were routed the old way.
+    Migration(u64),
 }
 
 /// A batch of records, encoded by the engine (opaque postcard bytes here).
@@ -94,6 +97,66 @@ pub struct StateChunk {
     pub bytes: Vec<u8>,
 }
 
+/// One chunk of a migrating bin's state on an exchange stream, in order
+/// with the records around it: `index` counts from 0, `last` ends the bin.
+/// `bytes` holds whole entries (see `exec::remote` for their layout).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BinState {
+    pub epoch: u64,
+    pub bin: u32,
+    pub index: u32,
+    pub last: bool,
+    #[serde(with = "byte_vec")]
+    pub bytes: Vec<u8>,
+}
+
+/// A bin move between members (`exec::migration_mesh`): the cluster-wide
+/// lock (`Begin`/`Accept`/`Refuse`/`Abort`/`Finish`, `id` names one
+/// request), the coordinator's steps to the workers of a member, and the
+/// workers' replies to the coordinating member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MigrateMsg {
+    Begin {
+        id: u64,
+        node: u16,
+        epoch: u64,
+    },
+    Accept {
+        id: u64,
+        node: u16,
+    },
+    Refuse {
+        id: u64,
+        node: u16,
+        reason: String,
+    },
+    Abort {
+        id: u64,
+    },
+    /// Moves as `(bin, from worker, to worker)`.
+    Prepare {
+        epoch: u64,
+        moves: Vec<(u32, u32, u32)>,
+    },
+    Switch {
+        epoch: u64,
+    },
+    Prepared {
+        worker: u32,
+        epoch: u64,
+    },
+    Done {
+        worker: u32,
+        epoch: u64,
+        bins_in: u32,
+        bytes_in: u64,
+    },
+    Finish {
+        id: u64,
+        epoch: u64,
+    },
+}
+
 /// Everything that travels on mesh streams. Append new variants at the end:
 /// postcard encodes the variant index, so reordering breaks old peers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +176,8 @@ pub enum Frame {
     Membership(#[serde(with = "byte_vec")] Vec<u8>),
     StateChunk(StateChunk),
     Marker(Marker),
+    BinState(BinState),
+    Migrate(MigrateMsg),
 }
 
 /// `Vec<u8>` fields as serde bytes rather than a sequence of `u8`. Postcard
@@ -364,6 +429,7 @@ mod tests {
     fn sample_frames(rng: &mut StdRng) -> Vec<Frame> {
         let n = rng.random_range(0..3000usize);
         let bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+        let bytes_again = bytes.clone();
         vec![
             Frame::Hello(Hello {
                 protocol_version: rng.random(),
@@ -403,6 +469,52 @@ mod tests {
             Frame::Marker(Marker::Watermark(rng.random())),
             Frame::Marker(Marker::Barrier(rng.random())),
             Frame::Marker(Marker::End),
+            Frame::Marker(Marker::Migration(rng.random())),
+            Frame::BinState(BinState {
+                epoch: rng.random(),
+                bin: rng.random(),
+                index: rng.random(),
+                last: rng.random(),
+                bytes: bytes_again,
+            }),
+            Frame::Migrate(MigrateMsg::Begin {
+                id: rng.random(),
+                node: rng.random(),
+                epoch: rng.random(),
+            }),
+            Frame::Migrate(MigrateMsg::Accept {
+                id: rng.random(),
+                node: rng.random(),
+            }),
+            Frame::Migrate(MigrateMsg::Refuse {
+                id: rng.random(),
+                node: rng.random(),
+                reason: "busy".into(),
+            }),
+            Frame::Migrate(MigrateMsg::Abort { id: rng.random() }),
+            Frame::Migrate(MigrateMsg::Prepare {
+                epoch: rng.random(),
+                moves: (0..rng.random_range(0..50u32))
+                    .map(|i| (i, rng.random(), rng.random()))
+                    .collect(),
+            }),
+            Frame::Migrate(MigrateMsg::Switch {
+                epoch: rng.random(),
+            }),
+            Frame::Migrate(MigrateMsg::Prepared {
+                worker: rng.random(),
+                epoch: rng.random(),
+            }),
+            Frame::Migrate(MigrateMsg::Done {
+                worker: rng.random(),
+                epoch: rng.random(),
+                bins_in: rng.random(),
+                bytes_in: rng.random(),
+            }),
+            Frame::Migrate(MigrateMsg::Finish {
+                id: rng.random(),
+                epoch: rng.random(),
+            }),
         ]
     }
 

@@ -55,6 +55,11 @@ impl FrameSender {
         }
     }
 
+    /// The largest frame the peer accepts (length prefix excluded).
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_bytes
+    }
+
     /// Sends one frame; returns when QUIC has accepted it (flow control may
     /// make this wait: that is the backpressure).
     pub async fn send(&mut self, frame: &Frame) -> Result<(), MeshError> {

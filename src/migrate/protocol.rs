@@ -662,10 +662,9 @@ impl Coordinator {
     }
 
     /// Drops the migration in flight and restarts from `assignment` (the
-    /// checkpoint's, after a crash; see [`Migrator::reset`]).
-    // Used by the simulator (crash recovery, checkpoint gating); the
-    // engine does not yet recover from a crash in the middle of a move.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// checkpoint's, after a crash; see [`Migrator::reset`]). A member
+    /// that did not coordinate a migration also takes the assignment it
+    /// made this way (`exec::migration_mesh`).
     pub(crate) fn reset(&mut self, assignment: Assignment) {
         self.assignment = assignment;
         self.queue.clear();

@@ -1,0 +1,325 @@
+//! Live migration across the members of a distributed run: the control
+//! messages between the coordinating member and the others, on one
+//! [`StreamKind::Control`] stream from each member to each other member
+//! (ordered, apart from the data so a full data stream never delays a
+//! step). Markers and bin state go on the data streams (`remote.rs`).
+//!
+//! Exactly one coordinator at a time, cluster-wide, deterministically:
+//! the coordinator is the member that got the request. It first takes its
+//! own lock (`Control::migrating`), then sends `Begin { id, epoch }` to
+//! every other member; each takes its lock and answers `Accept`, or
+//! `Refuse` if its lock is held (another migration, here or coordinated
+//! elsewhere), its input has ended, or its assignment epoch is not the
+//! coordinator's (it has not seen the same steps). One refusal and the
+//! coordinator releases the members that accepted (`Abort { id }`) and
+//! answers 409. Two members asked at once both refuse each other: neither
+//! runs, both answer 409, nothing is half started. With every member
+//! locked, the coordinator runs the steps (`Prepare`, `Switch` to every
+//! member's workers; `Prepared`, `Done` back to it); at the end `Finish`
+//! releases the members, whose coordinators take the assignment the steps
+//! made (so the next request may go to any member). A worker's migrator
+//! also refuses (ignores, in release builds) a `Prepare` for an epoch
+//! other than the next of its own.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use super::migration::{Control, RebalanceError, lock};
+use super::remote::Cluster;
+use crate::mesh::driver::MeshNode;
+use crate::mesh::frame::{Frame, MigrateMsg, StreamKind};
+use crate::mesh::streams::FrameReceiver;
+use crate::migrate::{CoordInput, Input, Move, Step};
+
+/// How long the coordinator waits for every member to answer `Begin`.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The other members as the control plane sees them.
+pub(crate) struct Link {
+    /// This member's index in the assignment.
+    pub(crate) me: usize,
+    names: Vec<String>,
+    /// Per member: the queue of its control stream (`None` for this one).
+    to: Vec<Option<flume::Sender<MigrateMsg>>>,
+}
+
+impl Link {
+    /// Member `node`'s name.
+    pub(crate) fn name(&self, node: usize) -> &str {
+        self.names.get(node).map_or("?", |n| n.as_str())
+    }
+
+    pub(crate) fn send(&self, node: usize, msg: MigrateMsg) {
+        if let Some(Some(tx)) = self.to.get(node) {
+            let _ = tx.send(msg);
+        }
+    }
+
+    pub(crate) fn broadcast(&self, msg: MigrateMsg) {
+        for tx in self.to.iter().flatten() {
+            let _ = tx.send(msg.clone());
+        }
+    }
+
+    /// Takes every other member's lock for request `id` at `epoch`, or
+    /// releases those taken and says who refused.
+    pub(crate) fn lock_cluster(
+        &self,
+        control: &Control,
+        id: u64,
+        epoch: u64,
+    ) -> Result<(), RebalanceError> {
+        let others = self.to.iter().flatten().count();
+        while control.acks.1.try_recv().is_ok() {}
+        self.broadcast(MigrateMsg::Begin {
+            id,
+            node: self.me as u16,
+            epoch,
+        });
+        let deadline = Instant::now() + LOCK_TIMEOUT;
+        let mut accepted = 0;
+        let mut refused = Vec::new();
+        let mut answered = 0;
+        while answered < others {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match control.acks.1.recv_timeout(left) {
+                Ok(MigrateMsg::Accept { id: i, .. }) if i == id => {
+                    accepted += 1;
+                    answered += 1;
+                }
+                Ok(MigrateMsg::Refuse {
+                    id: i,
+                    node,
+                    reason,
+                }) if i == id => {
+                    refused.push(format!("{}: {reason}", self.name(node as usize)));
+                    answered += 1;
+                }
+                Ok(_) => {} // an answer to an earlier request
+                Err(_) => {
+                    refused.push(format!(
+                        "{} of {others} members did not answer within {LOCK_TIMEOUT:?}",
+                        others - answered
+                    ));
+                    break;
+                }
+            }
+        }
+        if refused.is_empty() && accepted == others {
+            return Ok(());
+        }
+        // Members release only a lock taken for this id.
+        self.broadcast(MigrateMsg::Abort { id });
+        Err(RebalanceError::Busy(format!(
+            "a migration is already running elsewhere or cannot start ({})",
+            refused.join("; ")
+        )))
+    }
+}
+
+/// Opens this member's control stream to every other member and gives the
+/// migration control its [`Link`]. The tasks end with the run.
+pub(crate) fn start(cluster: &Cluster, shared: &Arc<Shared>) -> Vec<smol::Task<()>> {
+    let Some(control) = &shared.migration else {
+        return Vec::new();
+    };
+    let a = &cluster.assignment;
+    let mut to = Vec::new();
+    let mut tasks = Vec::new();
+    for node in 0..a.members.len() {
+        if node == cluster.me {
+            to.push(None);
+            continue;
+        }
+        let (tx, rx) = flume::unbounded();
+        to.push(Some(tx));
+        let (mesh, addr, name) = (
+            cluster.mesh.clone(),
+            cluster.addrs[node],
+            a.members[node].name.clone(),
+        );
+        let shared = shared.clone();
+        tasks.push(smol::spawn(async move {
+            if let Err(e) = send_control(mesh, addr, rx).await
+                && !shared.failed.load(Relaxed)
+                && !shared.halted.load(Relaxed)
+            {
+                tracing::warn!("migration control stream to {name}: {e}");
+            }
+        }));
+    }
+    let _ = control.mesh.set(Link {
+        me: cluster.me,
+        names: a.members.iter().map(|m| m.name.clone()).collect(),
+        to,
+    });
+    tasks
+}
+
+async fn send_control(
+    mesh: Arc<MeshNode>,
+    addr: SocketAddr,
+    rx: flume::Receiver<MigrateMsg>,
+) -> Result<(), String> {
+    let peer = mesh.connect(addr).await.map_err(|e| e.to_string())?;
+    let mut tx = peer
+        .open_stream(StreamKind::Control)
+        .await
+        .map_err(|e| e.to_string())?;
+    while let Ok(msg) = rx.recv_async().await {
+        tx.send(&Frame::Migrate(msg))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Reads a member's control stream to this one. A frame that is not a
+/// migration message closes it with an error naming the peer.
+pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
+    let peer = rx.peer().to_string();
+    loop {
+        match rx.recv().await {
+            Ok(Some(Frame::Migrate(msg))) => shared.on_migrate_msg(msg),
+            Ok(Some(other)) => {
+                tracing::error!(
+                    "closing the migration control stream from {peer}: unexpected frame {other:?}"
+                );
+                return;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                if !shared.failed.load(Relaxed) && !shared.halted.load(Relaxed) {
+                    tracing::warn!("migration control stream from {peer}: {e}");
+                }
+                return;
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// A control message from another member.
+    fn on_migrate_msg(&self, msg: MigrateMsg) {
+        let Some(control) = &self.migration else {
+            return;
+        };
+        let Some(link) = control.mesh.get() else {
+            return;
+        };
+        match msg {
+            MigrateMsg::Begin { id, node, epoch } => {
+                let answer = match self.take_lock(control, id, node as usize, epoch) {
+                    Ok(()) => MigrateMsg::Accept {
+                        id,
+                        node: link.me as u16,
+                    },
+                    Err(reason) => MigrateMsg::Refuse {
+                        id,
+                        node: link.me as u16,
+                        reason,
+                    },
+                };
+                link.send(node as usize, answer);
+            }
+            MigrateMsg::Accept { .. } | MigrateMsg::Refuse { .. } => {
+                let _ = control.acks.0.send(msg);
+            }
+            MigrateMsg::Abort { id } => {
+                let mut holder = lock(&control.holder);
+                if holder.is_some_and(|(i, _)| i == id) {
+                    *holder = None;
+                    control.migrating.store(false, SeqCst);
+                }
+            }
+            MigrateMsg::Prepare { epoch, moves } => {
+                let step = Step {
+                    epoch,
+                    moves: moves
+                        .into_iter()
+                        .map(|(bin, from, to)| Move { bin, from, to })
+                        .collect(),
+                };
+                lock(&control.tracked).0 = Some(step.clone());
+                for tx in &control.to_workers {
+                    let _ = tx.send(Input::Prepare(step.clone()));
+                }
+                self.wake_workers();
+            }
+            MigrateMsg::Switch { epoch } => {
+                {
+                    let mut tracked = lock(&control.tracked);
+                    if let Some(step) = tracked.0.take().filter(|s| s.epoch == epoch) {
+                        tracked.1.apply(&step);
+                    }
+                }
+                for tx in &control.to_workers {
+                    let _ = tx.send(Input::Switch { epoch });
+                }
+                self.wake_workers();
+            }
+            MigrateMsg::Prepared { worker, epoch } => {
+                let _ = control
+                    .to_coordinator
+                    .send(CoordInput::Prepared { worker, epoch });
+            }
+            MigrateMsg::Done {
+                worker,
+                epoch,
+                bins_in,
+                bytes_in,
+            } => {
+                let _ = control.to_coordinator.send(CoordInput::Done {
+                    worker,
+                    epoch,
+                    bins_in,
+                    bytes_in,
+                });
+            }
+            MigrateMsg::Finish { id, epoch } => {
+                let mut holder = lock(&control.holder);
+                if holder.is_some_and(|(i, _)| i == id) {
+                    let tracked = lock(&control.tracked).1.clone();
+                    if tracked.epoch != epoch {
+                        tracing::warn!(
+                            "the migration ended at epoch {epoch}, this member saw epoch {}",
+                            tracked.epoch
+                        );
+                    }
+                    lock(&control.coordinator).reset(tracked);
+                    *holder = None;
+                    control.migrating.store(false, SeqCst);
+                }
+            }
+        }
+    }
+
+    /// This member's lock for request `id` of member `node`.
+    fn take_lock(&self, control: &Control, id: u64, node: usize, epoch: u64) -> Result<(), String> {
+        if control
+            .migrating
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Err(control.busy_reason());
+        }
+        if self.finishing.load(SeqCst) > 0 {
+            control.migrating.store(false, SeqCst);
+            return Err("its input has ended".into());
+        }
+        let here = lock(&control.coordinator).assignment().clone();
+        if here.epoch != epoch {
+            control.migrating.store(false, SeqCst);
+            return Err(format!(
+                "it is at assignment epoch {}, the coordinator at {epoch}",
+                here.epoch
+            ));
+        }
+        *lock(&control.tracked) = (None, here);
+        *lock(&control.holder) = Some((id, node));
+        Ok(())
+    }
+}

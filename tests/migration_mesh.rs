@@ -1,0 +1,439 @@
+//! Live bin migration between real processes: three `eddy run` members
+//! (127.0.0.2..=127.0.0.4, mutual TLS from `eddy cluster`) each run the
+//! deterministic `wcount` generator at a fixed rate (each member its
+//! share of the one event stream, split by global worker) into a keyed
+//! tumbling-window count; bins move between the members while the records
+//! flow, through `POST /rebalance` on one member and `eddy rebalance` on
+//! another. The union of the three outputs must be exactly the single-node
+//! output: one record lost or applied twice changes a count, a window
+//! fired on two members shows as two rows.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const NODES: usize = 3;
+const WORKERS: usize = 2;
+const BINS: usize = 64;
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+fn free_udp(ip: [u8; 4]) -> SocketAddr {
+    UdpSocket::bind(SocketAddr::from((ip, 0)))
+        .and_then(|s| s.local_addr())
+        .expect("free UDP port")
+}
+
+fn run_eddy(args: &[&str]) {
+    let out = eddy().args(args).output().expect("run eddy");
+    assert!(
+        out.status.success(),
+        "eddy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn make_certs(dir: &Path, names: &[String]) {
+    let ca = dir.join("ca");
+    run_eddy(&["cluster", "init", ca.to_str().unwrap(), "--cluster", "blue"]);
+    for n in names {
+        run_eddy(&[
+            "cluster",
+            "issue",
+            "--ca",
+            ca.to_str().unwrap(),
+            "--out",
+            dir.join("certs").to_str().unwrap(),
+            n,
+        ]);
+    }
+}
+
+/// The pipeline after `head` (`[node]`, `[mesh]`, `[api]`, ...).
+fn pipeline(head: &str, events: u64, rate: Option<u64>, out: &Path) -> String {
+    let rate = rate.map_or(String::new(), |r| format!("rate = {r}"));
+    format!(
+        r#"{head}
+[sources.events]
+type = "generator"
+schema = "wcount"
+count = {events}
+keys = 2000
+{rate}
+
+[transforms.counts]
+type = "window"
+inputs = ["events"]
+key = ["key"]
+window = {{ kind = "tumbling", size = "100ms" }}
+aggregates = {{ count = "count(*)", sum = "sum(value)" }}
+
+[sinks.rows]
+type = "file"
+inputs = ["counts"]
+path = "{out}"
+"#,
+        out = out.display()
+    )
+}
+
+/// `POST path` with a JSON body to 127.0.0.1:`port`: status and body.
+fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the API");
+    s.set_read_timeout(Some(Duration::from_secs(200)))
+        .expect("timeout");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP answer");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (code, body.to_string())
+}
+
+/// The even assignment of the run (global worker per bin).
+fn even() -> Vec<usize> {
+    (0..BINS).map(|b| b * NODES * WORKERS / BINS).collect()
+}
+
+/// About half of node-0's bins (its workers are 0 and 1) moved to the
+/// other members' workers, round robin.
+fn half_of_node0_away() -> Vec<usize> {
+    let mut a = even();
+    let mine: Vec<usize> = (0..BINS).filter(|&b| a[b] < WORKERS).collect();
+    for (i, &b) in mine.iter().take(mine.len() / 2).enumerate() {
+        a[b] = WORKERS + i % ((NODES - 1) * WORKERS);
+    }
+    a
+}
+
+struct Cluster {
+    s: Scratch,
+    names: Vec<String>,
+    nodes: Vec<Running>,
+    api: Vec<u16>,
+}
+
+impl Cluster {
+    /// Three members running the pipeline with `migration` as their
+    /// `[migration]` section; returns once every local API answers.
+    fn start(events: u64, rate: u64, migration: &str) -> Cluster {
+        let s = Scratch::new();
+        let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
+        make_certs(&s.path(""), &names);
+        let addrs: Vec<SocketAddr> = (0..NODES)
+            .map(|i| free_udp([127, 0, 0, 2 + i as u8]))
+            .collect();
+        let seeds: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
+        let api: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
+        let mut nodes = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let head = format!(
+                r#"[node]
+name = "{name}"
+workers = {WORKERS}
+bins = {BINS}
+data_dir = "{data}"
+
+[mesh]
+ca_cert = "{dir}/ca/ca.crt"
+cert = "{dir}/certs/{name}.crt"
+key = "{dir}/certs/{name}.key"
+listen = "{listen}"
+seeds = [{seeds}]
+probe_period = "300ms"
+suspect_timeout = "1s"
+expect_members = {NODES}
+expect_timeout = "30s"
+
+[api]
+address = "127.0.0.1:{port}"
+
+{migration}
+"#,
+                data = s.path(&format!("{name}-data")).display(),
+                dir = s.path("").display(),
+                listen = addrs[i],
+                seeds = seeds.join(", "),
+                port = api[i],
+            );
+            let out = s.path(&format!("rows-{name}.jsonl"));
+            let config = s.write(
+                &format!("{name}.toml"),
+                &pipeline(&head, events, Some(rate), &out),
+            );
+            let log = std::fs::File::create(s.path(&format!("{name}.log"))).expect("log file");
+            let child = eddy()
+                .env("RUST_LOG", "info")
+                .arg("run")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn eddy");
+            nodes.push(Running(Some(child)));
+        }
+        let c = Cluster {
+            s,
+            names,
+            nodes,
+            api,
+        };
+        // Every member's run has started once its log says so.
+        let started = Instant::now();
+        for n in &c.names {
+            while !c
+                .s
+                .read(&format!("{n}.log"))
+                .contains("bin assignment epoch")
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "{n} did not start\n{}",
+                    c.logs()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        c
+    }
+
+    fn logs(&self) -> String {
+        self.names
+            .iter()
+            .map(|n| format!("--- {n}:\n{}", self.s.read(&format!("{n}.log"))))
+            .collect()
+    }
+
+    /// Waits for every member to exit 0; the union of their rows.
+    fn finish(mut self) -> (Vec<String>, String) {
+        let started = Instant::now();
+        for i in 0..NODES {
+            let status = loop {
+                let child = self.nodes[i].0.as_mut().expect("running");
+                if let Some(status) = child.try_wait().expect("wait") {
+                    break status;
+                }
+                assert!(
+                    started.elapsed() < RUN_LIMIT,
+                    "the cluster did not finish within {RUN_LIMIT:?}\n{}",
+                    self.logs()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            self.nodes[i].0 = None;
+            assert!(
+                status.success(),
+                "node-{i} exited with {status}\n{}",
+                self.logs()
+            );
+        }
+        let mut rows = Vec::new();
+        for n in &self.names {
+            rows.extend(json_lines(&self.s.read(&format!("rows-{n}.jsonl"))));
+        }
+        (multiset(&rows), self.logs())
+    }
+}
+
+/// The first rows that differ, for the failure message.
+fn diff(got: &[String], want: &[String]) -> String {
+    use std::collections::BTreeMap;
+    let mut n: BTreeMap<&String, i64> = BTreeMap::new();
+    for g in got {
+        *n.entry(g).or_default() += 1;
+    }
+    for w in want {
+        *n.entry(w).or_default() -= 1;
+    }
+    let (more, less): (Vec<String>, Vec<String>) = n
+        .into_iter()
+        .filter(|(_, c)| *c != 0)
+        .map(|(r, c)| format!("{c:+} {r}"))
+        .partition(|l| l.starts_with('+'));
+    format!(
+        "{} rows too many, {} missing; first: {:#?} {:#?}",
+        more.len(),
+        less.len(),
+        &more[..more.len().min(6)],
+        &less[..less.len().min(6)]
+    )
+}
+
+/// One node, the whole input: what the three members must give together.
+fn reference(events: u64) -> Vec<String> {
+    let s = Scratch::new();
+    let head = format!(
+        "[node]\nworkers = 2\nbins = {BINS}\ndata_dir = \"{}\"\n[checkpoint]\nenabled = false\n",
+        s.path("data").display()
+    );
+    let out = s.path("rows.jsonl");
+    let config = s.write("single.toml", &pipeline(&head, events, None, &out));
+    run_ok(&config);
+    multiset(&json_lines(&s.read("rows.jsonl")))
+}
+
+fn migrations_logged(logs: &str, node: &str) -> usize {
+    let at = logs.find(&format!("--- {node}:")).expect("node log");
+    let rest = &logs[at + 4..];
+    let end = rest.find("--- node-").unwrap_or(rest.len());
+    rest[..end].matches("migration done").count()
+}
+
+/// Half of node-0's bins move away through `POST /rebalance` with an
+/// explicit assignment, then `eddy rebalance` on node-1 moves them back to
+/// even; nothing is lost or duplicated.
+#[test]
+fn bins_move_between_processes_while_they_run() {
+    const EVENTS: u64 = 150_000;
+    let want = reference(EVENTS);
+    assert!(want.len() > 10_000, "{} window rows", want.len());
+
+    let c = Cluster::start(EVENTS, 25_000, "");
+    std::thread::sleep(Duration::from_millis(1500));
+    let target = half_of_node0_away();
+    let moved = target.iter().zip(even()).filter(|(a, b)| **a != *b).count();
+    let body = serde_json::json!({ "strategy": "batched", "assignment": target }).to_string();
+    let (code, answer) = post(c.api[0], "/rebalance", &body);
+    assert_eq!(code, 200, "POST /rebalance: {answer}\n{}", c.logs());
+    let report: Value = serde_json::from_str(&answer).expect("JSON report");
+    assert_eq!(report["bins"], moved, "{answer}");
+    assert!(report["bytes"].as_u64().expect("bytes") > 0, "{answer}");
+    eprintln!("first migration: {answer}");
+
+    std::thread::sleep(Duration::from_millis(500));
+    let out = eddy()
+        .args(["rebalance", "--api", &format!("127.0.0.1:{}", c.api[1])])
+        .output()
+        .expect("eddy rebalance");
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "eddy rebalance: {}{}\n{}",
+        printed,
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    assert!(
+        printed.contains(&format!("{moved} bins")),
+        "back to even moves the same bins: {printed}"
+    );
+    eprintln!("second migration: {printed}");
+
+    let (got, logs) = c.finish();
+    assert_eq!(migrations_logged(&logs, "node-0"), 1, "{logs}");
+    assert_eq!(migrations_logged(&logs, "node-1"), 1, "{logs}");
+    assert_eq!(migrations_logged(&logs, "node-2"), 0, "{logs}");
+    assert_eq!(got.len(), want.len(), "window rows\n{logs}");
+    assert!(
+        got == want,
+        "3 members with migrations vs 1 node: {}",
+        diff(&got, &want)
+    );
+}
+
+/// While a migration runs (fluid, 300 ms between steps), a second request
+/// on another member, and on the coordinator itself, is refused with 409;
+/// the first completes and the output is still exact.
+#[test]
+fn a_concurrent_rebalance_is_refused_with_409() {
+    const EVENTS: u64 = 120_000;
+    let want = reference(EVENTS);
+    let c = Cluster::start(
+        EVENTS,
+        25_000,
+        "[migration]\nstrategy = \"fluid\"\ngap = \"300ms\"\n",
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let body =
+        serde_json::json!({ "strategy": "fluid", "assignment": half_of_node0_away() }).to_string();
+    let port = c.api[0];
+    let first = std::thread::spawn(move || post(port, "/rebalance", &body));
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, answer) = post(c.api[2], "/rebalance", "");
+    assert_eq!(code, 409, "{answer}\n{}", c.logs());
+    assert!(answer.contains("already running"), "{answer}");
+    let (code, answer) = post(c.api[0], "/rebalance", "");
+    assert_eq!(code, 409, "{answer}");
+    let (code, answer) = first.join().expect("first request");
+    assert_eq!(code, 200, "{answer}\n{}", c.logs());
+    let (got, logs) = c.finish();
+    assert_eq!(migrations_logged(&logs, "node-0"), 1, "{logs}");
+    assert_eq!(got.len(), want.len(), "window rows\n{logs}");
+    assert!(
+        got == want,
+        "3 members with a migration vs 1 node: {}",
+        diff(&got, &want)
+    );
+}
+
+/// In one process `POST /rebalance` moves bins between its workers: every
+/// bin to worker 0, while the records flow; the output is exact.
+#[test]
+fn rebalance_in_one_process() {
+    const EVENTS: u64 = 100_000;
+    let want = reference(EVENTS);
+    let s = Scratch::new();
+    let port = free_port();
+    let head = format!(
+        "[node]\nworkers = 2\nbins = {BINS}\ndata_dir = \"{}\"\n[checkpoint]\nenabled = false\n[api]\naddress = \"127.0.0.1:{port}\"\n",
+        s.path("data").display()
+    );
+    let out = s.path("rows.jsonl");
+    let config = s.write("one.toml", &pipeline(&head, EVENTS, Some(40_000), &out));
+    let log = std::fs::File::create(s.path("one.log")).expect("log file");
+    let mut node = Running(Some(
+        eddy()
+            .env("RUST_LOG", "info")
+            .arg("run")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn eddy"),
+    ));
+    let started = Instant::now();
+    while http(port, "GET", "/health").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no API");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let body = serde_json::json!({ "assignment": vec![0; BINS] }).to_string();
+    let (code, answer) = post(port, "/rebalance", &body);
+    assert_eq!(code, 200, "{answer}\n{}", s.read("one.log"));
+    let report: Value = serde_json::from_str(&answer).expect("JSON report");
+    assert_eq!(report["bins"], BINS / 2, "{answer}");
+    let child = node.0.as_mut().expect("running");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(started.elapsed() < RUN_LIMIT, "{}", s.read("one.log"));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    node.0 = None;
+    assert!(status.success(), "{}", s.read("one.log"));
+    assert!(s.read("one.log").contains("migration done"));
+    let got = multiset(&json_lines(&s.read("rows.jsonl")));
+    assert!(
+        got == want,
+        "1 process with a migration: {}",
+        diff(&got, &want)
+    );
+}
