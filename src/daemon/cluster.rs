@@ -57,7 +57,8 @@ pub mod mesh {
         issue_to_dir, summarize,
     };
     pub use crate::mesh::config::{DiscoveryKind, MeshConfig};
-    pub use crate::mesh::discovery::{Discovery, MdnsDiscovery, StaticSeeds};
+    pub use crate::mesh::beacon::BeaconDiscovery;
+    pub use crate::mesh::discovery::{Discovery, StaticSeeds};
     pub use crate::mesh::driver::{MeshNode, NodeOptions};
     pub use crate::mesh::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer, unix_millis};
     pub use crate::mesh::frame::{
