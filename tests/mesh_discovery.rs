@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use eddy::daemon::cluster::mesh::{Discovery, BeaconDiscovery};
+use eddy::daemon::cluster::mesh::{BeaconDiscovery, Discovery};
 
 #[test]
 fn multicast_beacon_on_loopback_finds_nodes_of_the_same_cluster_only() {
@@ -19,8 +19,8 @@ fn multicast_beacon_on_loopback_finds_nodes_of_the_same_cluster_only() {
     let x_addr: SocketAddr = "127.0.0.23:7403".parse().expect("addr");
     let mut a = BeaconDiscovery::start(&cluster, "node-a", a_addr, Some(&lo)).expect("beacon a");
     let mut b = BeaconDiscovery::start(&cluster, "node-b", b_addr, Some(&lo)).expect("beacon b");
-    let _x =
-        BeaconDiscovery::start(&format!("{cluster}x"), "node-x", x_addr, Some(&lo)).expect("beacon x");
+    let _x = BeaconDiscovery::start(&format!("{cluster}x"), "node-x", x_addr, Some(&lo))
+        .expect("beacon x");
     let (mut seen_a, mut seen_b) = (BTreeSet::new(), BTreeSet::new());
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline && !(seen_a.contains(&b_addr) && seen_b.contains(&a_addr)) {

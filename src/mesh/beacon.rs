@@ -237,10 +237,7 @@ impl Beaconing {
         } else {
             b.mesh
         };
-        let new = self
-            .heard
-            .insert((b.node, mesh), Instant::now())
-            .is_none();
+        let new = self.heard.insert((b.node, mesh), Instant::now()).is_none();
         if new {
             // The driver may be gone (shutting down): nothing to do then.
             let _ = self.found.send(mesh);

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::config::{DiscoveryKind, MeshConfig};
 use super::beacon::BeaconDiscovery;
+use super::config::{DiscoveryKind, MeshConfig};
 use super::discovery::{Combined, Discovery, StaticSeeds};
 use super::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer};
 use super::frame::StreamKind;
