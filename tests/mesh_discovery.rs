@@ -1,15 +1,15 @@
-//! mDNS discovery with mdns-sd restricted to the loopback interface: two
-//! nodes of one cluster find each other's QUIC address; a node of another
-//! cluster is ignored. Nothing leaves `lo`.
+//! LAN discovery (the multicast beacon) restricted to the loopback
+//! interface: two nodes of one cluster find each other's QUIC address; a
+//! node of another cluster is ignored. Nothing leaves `lo`.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use eddy::daemon::cluster::mesh::{Discovery, MdnsDiscovery};
+use eddy::daemon::cluster::mesh::{BeaconDiscovery, Discovery};
 
 #[test]
-fn mdns_on_loopback_finds_nodes_of_the_same_cluster_only() {
+fn multicast_beacon_on_loopback_finds_nodes_of_the_same_cluster_only() {
     // A cluster name of this run only, so other runs on the machine do not
     // interfere.
     let cluster = format!("t{}", std::process::id());
@@ -17,10 +17,10 @@ fn mdns_on_loopback_finds_nodes_of_the_same_cluster_only() {
     let a_addr: SocketAddr = "127.0.0.21:7401".parse().expect("addr");
     let b_addr: SocketAddr = "127.0.0.22:7402".parse().expect("addr");
     let x_addr: SocketAddr = "127.0.0.23:7403".parse().expect("addr");
-    let mut a = MdnsDiscovery::start(&cluster, "node-a", a_addr, Some(&lo)).expect("mdns a");
-    let mut b = MdnsDiscovery::start(&cluster, "node-b", b_addr, Some(&lo)).expect("mdns b");
-    let _x =
-        MdnsDiscovery::start(&format!("{cluster}x"), "node-x", x_addr, Some(&lo)).expect("mdns x");
+    let mut a = BeaconDiscovery::start(&cluster, "node-a", a_addr, Some(&lo)).expect("beacon a");
+    let mut b = BeaconDiscovery::start(&cluster, "node-b", b_addr, Some(&lo)).expect("beacon b");
+    let _x = BeaconDiscovery::start(&format!("{cluster}x"), "node-x", x_addr, Some(&lo))
+        .expect("beacon x");
     let (mut seen_a, mut seen_b) = (BTreeSet::new(), BTreeSet::new());
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline && !(seen_a.contains(&b_addr) && seen_b.contains(&a_addr)) {

@@ -52,12 +52,13 @@ pub(crate) fn issue(ca_dir: &Path, out: &Path, node: &str, days: u32, force: boo
 /// The peer mesh as a library: what the integration tests (`tests/mesh_*`)
 /// and tools drive in-process. The engine uses `crate::mesh` directly.
 pub mod mesh {
+    pub use crate::mesh::beacon::BeaconDiscovery;
     pub use crate::mesh::ca::{
         CaError, CertAndKey, CertSummary, cluster_dns_name, generate_ca, init_ca_dir, issue_node,
         issue_to_dir, summarize,
     };
     pub use crate::mesh::config::{DiscoveryKind, MeshConfig};
-    pub use crate::mesh::discovery::{Discovery, MdnsDiscovery, StaticSeeds};
+    pub use crate::mesh::discovery::{Discovery, StaticSeeds};
     pub use crate::mesh::driver::{MeshNode, NodeOptions};
     pub use crate::mesh::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer, unix_millis};
     pub use crate::mesh::frame::{

@@ -12,8 +12,10 @@ pub const DEFAULT_PORT: u16 = 7400;
 /// How a node finds its peers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DiscoveryKind {
-    /// LAN multicast DNS: every node registers `_eddy._udp.local.` with its
-    /// cluster name and browses for the others.
+    /// `"mdns"`: LAN multicast. Every node announces its cluster name, node
+    /// name and mesh address to 224.0.0.251:7399/udp and listens for the
+    /// others (see `beacon`; the name predates the beacon, which replaced
+    /// mDNS proper).
     Mdns,
     /// The addresses in `seeds`.
     Static,

@@ -1,11 +1,11 @@
 //! Where to look for peers, behind one small trait: the addresses in
 //! `seeds` ([`StaticSeeds`]), or nodes of the same cluster announcing
-//! themselves with multicast DNS on the LAN ([`MdnsDiscovery`], mdns-sd on
-//! its own thread, no tokio). Discovery only proposes addresses; the TLS
-//! handshake decides whom to trust.
+//! themselves with a multicast beacon on the LAN
+//! ([`super::beacon::BeaconDiscovery`]). Discovery only proposes
+//! addresses; the TLS handshake decides whom to trust.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// A source of candidate peer addresses.
@@ -68,109 +68,6 @@ impl Discovery for Combined {
             .iter_mut()
             .flat_map(|d| d.poll_candidates(now))
             .collect()
-    }
-}
-
-/// The mDNS service type of eddy nodes.
-pub const MDNS_SERVICE: &str = "_eddy._udp.local.";
-
-/// `discovery = ["mdns"]`: registers this node (instance = node name, TXT
-/// `cluster=NAME`) and browses for the others of the same cluster.
-pub struct MdnsDiscovery {
-    daemon: mdns_sd::ServiceDaemon,
-    events: mdns_sd::Receiver<mdns_sd::ServiceEvent>,
-    cluster: String,
-    own: SocketAddr,
-    fullname: String,
-}
-
-impl MdnsDiscovery {
-    /// Starts the mDNS thread. `interfaces`: if given, only these interface
-    /// names are used (tests restrict it to their namespace's links); else
-    /// every interface. `advertise` is the QUIC address peers should use; an
-    /// unspecified IP lets mdns-sd publish the addresses of the interfaces.
-    pub fn start(
-        cluster: &str,
-        node_name: &str,
-        advertise: SocketAddr,
-        interfaces: Option<&[String]>,
-    ) -> Result<MdnsDiscovery, String> {
-        let daemon = mdns_sd::ServiceDaemon::new().map_err(|e| format!("mDNS: {e}"))?;
-        if let Some(names) = interfaces {
-            daemon
-                .disable_interface(mdns_sd::IfKind::All)
-                .map_err(|e| format!("mDNS: {e}"))?;
-            for n in names {
-                daemon
-                    .enable_interface(mdns_sd::IfKind::Name(n.clone()))
-                    .map_err(|e| format!("mDNS interface {n}: {e}"))?;
-            }
-        }
-        let host = format!("{node_name}.{cluster}.eddy.local.");
-        let props = [("cluster", cluster)];
-        let ips: Vec<IpAddr> = if advertise.ip().is_unspecified() {
-            Vec::new()
-        } else {
-            vec![advertise.ip()]
-        };
-        let mut info = mdns_sd::ServiceInfo::new(
-            MDNS_SERVICE,
-            node_name,
-            &host,
-            &ips[..],
-            advertise.port(),
-            &props[..],
-        )
-        .map_err(|e| format!("mDNS service: {e}"))?;
-        if ips.is_empty() {
-            info = info.enable_addr_auto();
-        }
-        let fullname = info.get_fullname().to_string();
-        daemon
-            .register(info)
-            .map_err(|e| format!("mDNS register: {e}"))?;
-        let events = daemon
-            .browse(MDNS_SERVICE)
-            .map_err(|e| format!("mDNS browse: {e}"))?;
-        Ok(MdnsDiscovery {
-            daemon,
-            events,
-            cluster: cluster.to_string(),
-            own: advertise,
-            fullname,
-        })
-    }
-}
-
-impl Discovery for MdnsDiscovery {
-    fn poll_candidates(&mut self, _now: Instant) -> Vec<SocketAddr> {
-        let mut out = Vec::new();
-        // Bounded by what the mDNS thread queued; never waits.
-        while let Ok(event) = self.events.try_recv() {
-            let mdns_sd::ServiceEvent::ServiceResolved(info) = event else {
-                continue;
-            };
-            if info.get_fullname() == self.fullname
-                || info.get_property_val_str("cluster") != Some(self.cluster.as_str())
-            {
-                continue;
-            }
-            let port = info.get_port();
-            out.extend(
-                info.get_addresses()
-                    .iter()
-                    .map(|ip| SocketAddr::new(ip.to_ip_addr(), port))
-                    .filter(|a| *a != self.own),
-            );
-        }
-        out
-    }
-}
-
-impl Drop for MdnsDiscovery {
-    fn drop(&mut self) {
-        let _ = self.daemon.unregister(&self.fullname);
-        let _ = self.daemon.shutdown();
     }
 }
 

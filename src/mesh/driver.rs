@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::beacon::BeaconDiscovery;
 use super::config::{DiscoveryKind, MeshConfig};
-use super::discovery::{Combined, Discovery, MdnsDiscovery, StaticSeeds};
+use super::discovery::{Combined, Discovery, StaticSeeds};
 use super::endpoint::{EndpointOptions, MeshEndpoint, MeshError, Peer};
 use super::frame::StreamKind;
 use super::identity::NodeIdentity;
@@ -195,14 +196,14 @@ impl MeshNode {
                 ))),
                 DiscoveryKind::Mdns => {
                     let advertise = config.advertise.unwrap_or(config.listen);
-                    let mdns = MdnsDiscovery::start(
+                    let beacon = BeaconDiscovery::start(
                         &identity.cluster,
                         &identity.node_name,
                         advertise,
                         None,
                     )
                     .map_err(MeshError::Setup)?;
-                    sources.push(Box::new(mdns));
+                    sources.push(Box::new(beacon));
                 }
             }
         }

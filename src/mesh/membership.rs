@@ -248,7 +248,7 @@ impl Membership {
         self.foca.identity()
     }
 
-    /// A possible peer (a seed, or found by mDNS). It is announced to now
+    /// A possible peer (a seed, or found by the multicast beacon). It is announced to now
     /// and every `rejoin_interval` while it is not an active member.
     pub fn handle_discovered(&mut self, now: Instant, addr: SocketAddr) {
         if addr == self.identity().addr || self.candidates.contains(&addr) {

@@ -14,10 +14,12 @@
 //! - [`membership`]: foca SWIM as a sans-IO state machine with a member table.
 //! - [`payload`]: per-node gossip payloads, newer versions replacing older.
 //! - [`driver`]: moves membership packets over QUIC datagrams.
-//! - [`discovery`]: where to look for peers: static seeds or mDNS.
+//! - [`discovery`]: where to look for peers: static seeds, or
+//!   [`beacon`]: a LAN multicast beacon.
 //! - [`metrics`]: counters the daemon exports.
 #![allow(dead_code)] // Wired in by the daemon and the engine in later issues.
 
+pub(crate) mod beacon;
 pub(crate) mod ca;
 pub(crate) mod config;
 pub(crate) mod discovery;
