@@ -63,8 +63,10 @@ fn by_lists(picked: usize, bins: u32) -> bool {
 
 impl Slots {
     /// An index with fresh accumulators for a new key of hash `hash`,
-    /// put on its bin's list.
-    #[inline]
+    /// put on its bin's list. Out of line: inlined, it made `update` too
+    /// big to inline into the per-record loop (+2.6 % instructions on
+    /// `wcount`, measured with callgrind).
+    #[inline(never)]
     fn add(&mut self, hash: u64, aggs: &Aggregates) -> u32 {
         let bin = bin_of(hash, self.heads.len() as u32) as usize;
         let head = self.heads[bin];
@@ -124,7 +126,7 @@ impl<K: GroupKey> Pane<K> {
 
     /// Folds row `row` into the probed key's accumulators, creating them if
     /// the key is new; returns the key's index and whether it is new.
-    #[inline]
+    #[inline(always)]
     pub(super) fn update(
         &mut self,
         hash: u64,
