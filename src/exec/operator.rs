@@ -62,10 +62,17 @@ pub(crate) trait Operator: Send {
         &mut self,
         bin: u32,
         entries: Vec<(Vec<u8>, Vec<u8>)>,
-        _ctx: &mut OpCtx<'_>,
+        ctx: &mut OpCtx<'_>,
     ) -> Result<(), String> {
-        self.restore(bin, entries)
+        self.restore(bin, entries)?;
+        self.installed(bin, ctx);
+        Ok(())
     }
+
+    /// After the default [`Operator::install_bin`] restored `bin`: what
+    /// is due at this instance's watermark (operators whose `restore`
+    /// schedules the bin's timers fire them here).
+    fn installed(&mut self, _bin: u32, _ctx: &mut OpCtx<'_>) {}
 }
 
 /// What an operator may do while it runs.

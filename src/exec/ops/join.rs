@@ -358,19 +358,12 @@ impl Operator for Join {
             .collect())
     }
 
-    /// Installs as a restore does, then does what is due at this
-    /// watermark (a tumbling window already past its end joins now).
-    fn install_bin(
-        &mut self,
-        bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
-        ctx: &mut OpCtx<'_>,
-    ) -> Result<(), String> {
-        self.restore(bin, entries)?;
+    /// A bin installed while running (as a restore does) is new here, and
+    /// what is due at this watermark happens now (a tumbling window
+    /// already past its end joins now).
+    fn installed(&mut self, bin: u32, ctx: &mut OpCtx<'_>) {
         self.dirty.mark_bin(bin);
-        let watermark = self.watermark;
-        self.on_watermark(watermark, ctx);
-        Ok(())
+        self.on_watermark(self.watermark, ctx);
     }
 }
 

@@ -12,10 +12,10 @@ use crate::plan::OpSpec;
 
 const BINS: u32 = 16;
 
-/// The operator `op` of a pipeline reading two int-keyed files.
 type Make = Box<dyn Fn() -> Box<dyn Operator>>;
 
-fn operator(op_toml: &str) -> (Make, Vec<SchemaRef>) {
+/// The plan of operator `op` in a pipeline reading two int-keyed files.
+fn spec(op_toml: &str) -> (OpSpec, Vec<SchemaRef>) {
     let toml = format!(
         r#"
 [node]
@@ -39,14 +39,20 @@ inputs = ["op"]
 "#
     );
     let (config, mut d) = crate::config::parse("<test>", &toml);
-    let plan = crate::plan::build(&config, &mut d).unwrap_or_else(|| panic!("{}", d.render()));
-    let node = plan.nodes.iter().find(|n| n.id == "op").expect("op");
-    let schemas = node
+    let mut plan = crate::plan::build(&config, &mut d).unwrap_or_else(|| panic!("{}", d.render()));
+    let at = plan.nodes.iter().position(|n| n.id == "op").expect("op");
+    let schemas = plan.nodes[at]
         .inputs
         .iter()
         .map(|i| plan.nodes[i.from].outputs[i.from_port].schema.clone())
         .collect();
-    let make: Make = match &node.op {
+    (plan.nodes.swap_remove(at).op, schemas)
+}
+
+/// The operator `op` of a pipeline reading two int-keyed files.
+fn operator(op_toml: &str) -> (Make, Vec<SchemaRef>) {
+    let (op, schemas) = spec(op_toml);
+    let make: Make = match &op {
         OpSpec::Window(w) if matches!(w.kind, crate::config::WindowKind::Session { .. }) => {
             let w = w.clone();
             Box::new(move || Box::new(super::SessionWindow::new(w.clone(), BINS, 64)))
@@ -347,4 +353,137 @@ fn join_bins_move_without_changing_the_output() {
         check(TUMBLING_JOIN, 2, skew);
         check(INTERVAL_JOIN, 2, skew);
     }
+}
+
+/// A window over two int-keyed windows' worth of rows whose state is far
+/// over its cache budget, so most bins are spilled to the store (and come
+/// back, reusing the key slots evicted ones left).
+struct Spilled {
+    plan: std::sync::Arc<crate::plan::WindowPlan>,
+    schema: SchemaRef,
+    _dir: tempfile::TempDir,
+    checkpoints: std::sync::Arc<crate::exec::checkpoint::Checkpoints>,
+}
+
+impl Spilled {
+    fn new() -> Spilled {
+        let (op, schemas) = spec(TUMBLING);
+        let OpSpec::Window(plan) = op else {
+            unreachable!("a window")
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = crate::state::Store::open(dir.path(), 1 << 20).expect("store");
+        let checkpoints = crate::exec::checkpoint::Checkpoints::new(
+            std::sync::Arc::new(store),
+            Vec::new(),
+            1,
+            BINS,
+            0,
+        );
+        Spilled {
+            plan,
+            schema: schemas[0].clone(),
+            _dir: dir,
+            checkpoints: std::sync::Arc::new(checkpoints),
+        }
+    }
+
+    /// A window instance; with `budget`, its state spills beyond that.
+    fn window(&self, op: &str, budget: Option<u64>) -> super::Window<crate::data::WordKey<1>> {
+        let state = budget.map(|budget_bytes| super::StateAccess {
+            checkpoints: self.checkpoints.clone(),
+            op: op.into(),
+            budget_bytes,
+        });
+        super::Window::new(self.plan.clone(), BINS, 64, state)
+    }
+
+    /// Feeds 2000 keys in each of two windows (4000 entries).
+    fn feed(&self, op: &mut dyn Operator, h: &mut Harness) {
+        let rows: Vec<(i64, i64, i64)> = (0..4000)
+            .map(|i| (i % 2000, i, (i / 2000) * 500 + 10))
+            .collect();
+        for chunk in rows.chunks(100) {
+            let b = batch(&self.schema, &self.plan.key, chunk);
+            h.with(|ctx| op.on_batch(0, b, ctx));
+        }
+    }
+
+    /// A window fed over a 64 KiB budget (it spills, checked) and the same
+    /// fed in memory, each with the harness that saw its output.
+    fn fed(&self) -> [(super::Window<crate::data::WordKey<1>>, Harness); 2] {
+        [Some(64 << 10), None].map(|budget| {
+            let (mut op, mut h) = (self.window("op", budget), Harness::new());
+            self.feed(&mut op, &mut h);
+            let evictions = h
+                .metrics
+                .state_evictions
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(budget.is_some(), evictions > 16, "{evictions} evictions");
+            (op, h)
+        })
+    }
+}
+
+#[test]
+fn spilled_window_state_fires_as_in_memory_state_does() {
+    let [(mut spilled, mut a), (mut reference, mut r)] = Spilled::new().fed();
+    same_rows_at_end((&mut spilled, &mut a), (&mut reference, &mut r));
+}
+
+/// Both operators fire everything; `got` emits the 4000 rows `want` does.
+fn same_rows_at_end<'a>(
+    got: (&'a mut dyn Operator, &'a mut Harness),
+    want: (&'a mut dyn Operator, &'a mut Harness),
+) {
+    let [got, want] = [got, want].map(|(op, h)| {
+        h.with(|ctx| op.on_watermark(WATERMARK_END, ctx));
+        let mut rows = std::mem::take(&mut h.rows);
+        rows.sort();
+        rows
+    });
+    assert_eq!(want.len(), 4000);
+    assert_eq!(got, want);
+}
+
+/// Exporting bins of a window whose state is mostly spilled returns
+/// exactly those bins' keys, each once: one bin at a time (through the
+/// bin's list of keys) and half the bins at once (one pass over the
+/// table). Installed elsewhere, they give the rows the whole state gives,
+/// and the exporter is left with nothing.
+#[test]
+fn window_export_returns_exactly_the_bins_keys_with_state_spilled() {
+    let s = Spilled::new();
+    let [(mut spilled, mut a), (mut reference, mut r)] = s.fed();
+
+    let mut exported = Vec::new();
+    for bin in 0..BINS / 2 {
+        let mut one = spilled.export_bins(&[bin]).expect("exports");
+        assert_eq!(one.len(), 1);
+        exported.push((bin, one.pop().expect("one bin")));
+    }
+    let rest: Vec<u32> = (BINS / 2..BINS).collect();
+    let many = spilled.export_bins(&rest).expect("exports");
+    exported.extend(rest.iter().copied().zip(many));
+
+    let mut seen = std::collections::HashSet::new();
+    let mut installed = s.window("other", None);
+    let mut moved = Harness::new();
+    for (bin, entries) in exported {
+        assert!(!entries.is_empty(), "bin {bin} holds keys");
+        for (key, _) in &entries {
+            let hash = s.plan.key.hash_encoded(&key[8..]);
+            assert_eq!(
+                crate::kernel::hash::bin_of(hash, BINS),
+                bin,
+                "bin {bin} exported a key of another bin"
+            );
+            assert!(seen.insert(key.clone()), "a key exported twice");
+        }
+        moved.with(|ctx| installed.install_bin(bin, entries, ctx).expect("installs"));
+    }
+    assert_eq!(seen.len(), 4000, "every key of both windows, once");
+    a.with(|ctx| spilled.on_watermark(WATERMARK_END, ctx));
+    assert_eq!(a.rows, Vec::<String>::new(), "the exporter kept no state");
+    same_rows_at_end((&mut installed, &mut moved), (&mut reference, &mut r));
 }

@@ -7,6 +7,7 @@ mod join;
 mod map;
 #[cfg(test)]
 mod migrate_tests;
+mod pane;
 mod project;
 mod session;
 mod timers;

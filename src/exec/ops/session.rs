@@ -297,18 +297,11 @@ impl Operator for SessionWindow {
             .collect())
     }
 
-    /// Installs as a restore does (which schedules each session's timer),
-    /// then fires the timers already due at this watermark.
-    fn install_bin(
-        &mut self,
-        bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
-        ctx: &mut OpCtx<'_>,
-    ) -> Result<(), String> {
-        self.restore(bin, entries)?;
+    /// A bin installed while running (as a restore does, which schedules
+    /// each session's timer) is new here, and the timers already due at
+    /// this watermark fire now.
+    fn installed(&mut self, bin: u32, ctx: &mut OpCtx<'_>) {
         self.dirty.mark_bin(bin);
-        let watermark = self.watermark;
-        self.on_watermark(watermark, ctx);
-        Ok(())
+        self.on_watermark(self.watermark, ctx);
     }
 }

@@ -1,10 +1,9 @@
 //! `window` with tumbling or hopping windows: keyed event-time aggregation.
 //!
-//! State: every open window holds one hash table of the keys (of all the
-//! bins this worker owns), whose entries hold the key, its hash and its
-//! numeric accumulators inline (up to [`INLINE_WORDS`] words), so a lookup
-//! is the control bytes and one entry. A bin's keys are the entries whose
-//! hash maps to it; checkpointing or moving a bin picks those out.
+//! State: every open window holds a [`Pane`]: one hash table of the keys
+//! (of all the bins this worker owns) for the per-record lookup, and per
+//! bin a list of its keys, so checkpointing, spilling or moving a bin
+//! touches that bin's keys only.
 //!
 //! Semantics follow Flink's event-time windows: a window fires once the
 //! watermark reaches its last millisecond; with `allowed_lateness` it is
@@ -15,11 +14,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hashbrown::HashTable;
-
 use super::bin_cache::{BinCache, StateAccess};
 use super::dirty::{BinEntries, DirtyBins};
-use super::window_state::{AccState, Aggregates, Inputs};
+use super::pane::{Entry, INLINE_WORDS, Pane};
+use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
 use crate::data::{Batch, BatchBuilder, GroupKey};
 use crate::exec::checkpoint::Snapshot;
@@ -78,157 +76,6 @@ struct Panes<K> {
     pane: Pane<K>,
 }
 
-/// Numeric accumulator words kept in the entry itself; windows with more
-/// keep them all in the pane's `spill` array instead.
-const INLINE_WORDS: usize = 3;
-
-/// One key of a window: its hash (which also gives its bin), the key, its
-/// numeric accumulators, and the index of its other accumulators.
-struct Entry<K> {
-    hash: u64,
-    key: K,
-    index: u32,
-    num: [u64; INLINE_WORDS],
-}
-
-/// The keys of one window (all bins this worker owns). One flat table, so a
-/// lookup is the control bytes and one entry; a bin's keys are the entries
-/// whose hash maps to it.
-struct Pane<K> {
-    table: HashTable<Entry<K>>,
-    /// The index the next new key gets (keys may have been evicted, so
-    /// not the table's length).
-    next: u32,
-    /// Numeric accumulators when they do not fit inline, per entry index.
-    spill: Vec<u64>,
-    /// Accumulators that own values, `Aggregates::other_len` per entry index.
-    other: Vec<AccState>,
-}
-
-impl<K: GroupKey> Pane<K> {
-    fn with_capacity(keys: usize) -> Pane<K> {
-        Pane {
-            table: HashTable::with_capacity(keys),
-            next: 0,
-            spill: Vec::new(),
-            other: Vec::new(),
-        }
-    }
-
-    /// Folds row `row` into the probed key's accumulators, creating them if
-    /// the key is new; returns the key's index and whether it is new.
-    #[inline]
-    fn update(
-        &mut self,
-        hash: u64,
-        probe: &K::Probe<'_>,
-        aggs: &Aggregates,
-        inputs: &Inputs<'_>,
-        row: usize,
-        ts: i64,
-    ) -> (u32, bool) {
-        let (n, o) = (aggs.num_len(), aggs.other_len());
-        let mut new = false;
-        let entry = match self.table.entry(hash, |e| e.key.matches(probe), |e| e.hash) {
-            hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                // Read here, not before the probe: the probe loop needs
-                // the registers.
-                let next = self.next;
-                new = true;
-                self.next += 1;
-                if n > INLINE_WORDS {
-                    self.spill.resize(self.spill.len() + n, 0);
-                }
-                aggs.init_other(&mut self.other);
-                vacant
-                    .insert(Entry {
-                        hash,
-                        key: K::store(probe),
-                        index: next,
-                        num: [0; INLINE_WORDS],
-                    })
-                    .into_mut()
-            }
-        };
-        let i = entry.index as usize;
-        let num = if n > INLINE_WORDS {
-            &mut self.spill[i * n..(i + 1) * n]
-        } else {
-            &mut entry.num[..]
-        };
-        aggs.update(num, &mut self.other[i * o..(i + 1) * o], inputs, row, ts);
-        (entry.index, new)
-    }
-
-    /// Adds a key with the given accumulators (restored from a checkpoint).
-    fn insert(&mut self, hash: u64, key: K, num: &[u64], other: Vec<AccState>) {
-        let index = self.next;
-        self.next += 1;
-        let mut entry = Entry {
-            hash,
-            key,
-            index,
-            num: [0; INLINE_WORDS],
-        };
-        if num.len() > INLINE_WORDS {
-            self.spill.extend_from_slice(num);
-        } else {
-            entry.num[..num.len()].copy_from_slice(num);
-        }
-        self.other.extend(other);
-        self.table.insert_unique(hash, entry, |e| e.hash);
-    }
-
-    /// Drops the keys of the bins for which `evict` holds, and compacts
-    /// what the remaining keys own.
-    fn evict(
-        &mut self,
-        bins: u32,
-        evict: &[bool],
-        words: usize,
-        o: usize,
-        prefired: &mut Vec<u32>,
-    ) {
-        self.table.retain(|e| !evict[bin_of(e.hash, bins) as usize]);
-        let mut renamed = Vec::with_capacity(prefired.len());
-        let (old_spill, old_other) = (
-            std::mem::take(&mut self.spill),
-            std::mem::take(&mut self.other),
-        );
-        let mut old_other: Vec<Option<AccState>> = old_other.into_iter().map(Some).collect();
-        self.next = 0;
-        for e in self.table.iter_mut() {
-            let i = e.index as usize;
-            if words > INLINE_WORDS {
-                self.spill
-                    .extend_from_slice(&old_spill[i * words..(i + 1) * words]);
-            }
-            self.other.extend(
-                old_other[i * o..(i + 1) * o]
-                    .iter_mut()
-                    .map(|a| a.take().expect("each key's accumulators once")),
-            );
-            if prefired.binary_search(&e.index).is_ok() {
-                renamed.push(self.next);
-            }
-            e.index = self.next;
-            self.next += 1;
-        }
-        renamed.sort_unstable();
-        *prefired = renamed;
-    }
-
-    fn num<'a>(&'a self, entry: &'a Entry<K>, words: usize) -> &'a [u64] {
-        let i = entry.index as usize;
-        if words > INLINE_WORDS {
-            &self.spill[i * words..(i + 1) * words]
-        } else {
-            &entry.num
-        }
-    }
-}
-
 /// Builds result rows into batches of `batch_size`.
 struct Output<'a, 'b> {
     builder: BatchBuilder,
@@ -248,14 +95,12 @@ impl Output<'_, '_> {
         start: i64,
         end: i64,
     ) {
-        let e = entry.index as usize;
-        let o = aggs.other_len();
         self.row_parts(
             plan,
             aggs,
             &entry.key,
             pane.num(entry, aggs.num_len()),
-            &pane.other[e * o..(e + 1) * o],
+            pane.other(entry, aggs.other_len()),
             start,
             end,
         );
@@ -329,7 +174,9 @@ impl<K: GroupKey> Window<K> {
     /// Memory one key of one window takes, about.
     fn entry_bytes(plan: &WindowPlan) -> u64 {
         let aggs = Aggregates::new(&plan.aggregates);
-        let slot = std::mem::size_of::<Entry<K>>() * 8 / 7 + 1;
+        // The table slot (at 7/8 load), and the key's hash and bin-list
+        // link beside it.
+        let slot = std::mem::size_of::<Entry<K>>() * 8 / 7 + 1 + 12;
         let spill = if aggs.num_len() > INLINE_WORDS {
             aggs.num_len() * 8
         } else {
@@ -343,8 +190,9 @@ impl<K: GroupKey> Window<K> {
         (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>() + heap) as u64
     }
 
-    /// Puts an evicted bin's keys back in memory (of windows still open).
-    fn load(&mut self, bin: u32) -> Result<(), String> {
+    /// Puts an evicted bin's keys back in memory: of windows still open,
+    /// or with `create` of every window not past its lateness.
+    fn load(&mut self, bin: u32, create: bool) -> Result<(), String> {
         let Some(cache) = &mut self.cache else {
             return Ok(());
         };
@@ -353,7 +201,7 @@ impl<K: GroupKey> Window<K> {
         let mut keys = 0;
         for chunk in chunks {
             for (key, value) in chunk.entries {
-                keys += self.install(&key, &value, false)?;
+                keys += self.install(&key, &value, create)?;
             }
         }
         if let Some(cache) = &mut self.cache {
@@ -374,6 +222,34 @@ impl<K: GroupKey> Window<K> {
         if Self::expired(end, self.plan.allowed_lateness_ms, self.watermark) {
             return Ok(0);
         }
+        let stored = self.decode(value)?;
+        let (watermark, bins) = (self.watermark, self.dirty.bins());
+        let panes = match (self.windows.get_mut(&start), create) {
+            (Some(p), _) => p,
+            (None, true) => self
+                .windows
+                .entry(start)
+                .or_insert_with(|| Panes::new(end, 0, bins)),
+            (None, false) => return Ok(0),
+        };
+        // Every instance has the same input watermark at a barrier, so a
+        // window has fired exactly when the watermark reached its end.
+        panes.fired = end - 1 <= watermark;
+        panes.watch = panes.fired || !panes.prefired.is_empty();
+        Self::put(
+            &self.plan,
+            &self.aggs,
+            &mut self.expected_keys,
+            panes,
+            group,
+            stored,
+        );
+        Ok(1)
+    }
+
+    /// A stored key's accumulators, checked against what this window
+    /// computes.
+    fn decode(&self, value: &[u8]) -> Result<StoredEntry, String> {
         let stored: StoredEntry =
             postcard::from_bytes(value).map_err(|e| format!("undecodable window state: {e}"))?;
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
@@ -386,28 +262,26 @@ impl<K: GroupKey> Window<K> {
                 o
             ));
         }
-        let watermark = self.watermark;
-        let panes = match (self.windows.get_mut(&start), create) {
-            (Some(p), _) => p,
-            (None, true) => self
-                .windows
-                .entry(start)
-                .or_insert_with(|| Panes::new(end, 0)),
-            (None, false) => return Ok(0),
-        };
-        // Every instance has the same input watermark at a barrier, so a
-        // window has fired exactly when the watermark reached its end.
-        panes.fired = end - 1 <= watermark;
-        panes.watch = panes.fired || !panes.prefired.is_empty();
-        let hash = self.plan.key.hash_encoded(group);
-        panes.pane.insert(
-            hash,
-            K::from_encoded(&self.plan.key, group),
-            &stored.num,
-            stored.other,
-        );
-        self.expected_keys = self.expected_keys.max(panes.pane.table.len());
-        Ok(1)
+        Ok(stored)
+    }
+
+    /// Adds a stored key (`group`, encoded) to a window; returns its
+    /// hash and index.
+    fn put(
+        plan: &WindowPlan,
+        aggs: &Aggregates,
+        expected_keys: &mut usize,
+        panes: &mut Panes<K>,
+        group: &[u8],
+        stored: StoredEntry,
+    ) -> (u64, u32) {
+        let hash = plan.key.hash_encoded(group);
+        let key = K::from_encoded(&plan.key, group);
+        let index = panes
+            .pane
+            .insert(hash, key, &stored.num, stored.other, aggs);
+        *expected_keys = (*expected_keys).max(panes.pane.len());
+        (hash, index)
     }
 
     /// Brings the state back within its memory budget: evicts the least
@@ -451,29 +325,40 @@ impl<K: GroupKey> Window<K> {
 
     /// The stored form of every key of `bins`, grouped by bin.
     fn collect(&self, bins: Vec<u32>) -> BinEntries {
-        let mut out = BinEntries::new(self.dirty.bins(), bins);
-        let words = self.aggs.num_len();
-        let o = self.aggs.other_len();
+        let mut out = BinEntries::new(self.dirty.bins(), bins.clone());
+        self.encode_bins(&bins, |bin, entry| {
+            out.slot(bin).expect("a bin asked for").push(entry);
+        });
+        out
+    }
+
+    /// Calls `put(bin, (key, value))` with the stored form of every key of
+    /// `bins`, in every open window.
+    fn encode_bins(&self, bins: &[u32], mut put: impl FnMut(u32, (Vec<u8>, Vec<u8>))) {
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
         for (&start, panes) in &self.windows {
-            for entry in panes.pane.table.iter() {
-                let Some(slot) = out.slot(bin_of(entry.hash, self.dirty.bins())) else {
-                    continue;
-                };
+            panes.pane.for_bins(bins, |bin, entry| {
                 let mut key = start.to_be_bytes().to_vec();
                 entry.key.encode(&self.plan.key, &mut key);
-                let i = entry.index as usize;
                 let stored = StoredEntry {
-                    fired: panes.fired,
-                    num: panes.pane.num(entry, words)[..words].to_vec(),
-                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
+                    fired: panes.fired || panes.prefired.binary_search(&entry.index).is_ok(),
+                    num: panes.pane.num(entry, words).to_vec(),
+                    other: panes.pane.other(entry, o).to_vec(),
                 };
-                slot.push((
-                    key,
-                    postcard::to_stdvec(&stored).expect("window state encodes"),
-                ));
-            }
+                let value = postcard::to_stdvec(&stored).expect("window state encodes");
+                put(bin, (key, value));
+            });
         }
-        out
+    }
+
+    /// Drops the keys of `bins` from every open window.
+    fn remove_bins(&mut self, bins: &[u32]) {
+        for panes in self.windows.values_mut() {
+            panes
+                .pane
+                .remove_bins(bins, &self.aggs, &mut panes.prefired);
+            panes.watch = panes.fired || !panes.prefired.is_empty();
+        }
     }
 
     /// Drops the keys of `victims` from memory; their state is in the store.
@@ -482,23 +367,15 @@ impl<K: GroupKey> Window<K> {
         if victims.is_empty() {
             return;
         }
-        let bins = self.dirty.bins();
-        let mut evict = vec![false; bins as usize];
         for &b in victims {
-            evict[b as usize] = true;
             cache.evicted(b);
-        }
-        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
-        for panes in self.windows.values_mut() {
-            panes
-                .pane
-                .evict(bins, &evict, words, o, &mut panes.prefired);
         }
         tracing::debug!(
             bins = victims.len(),
             resident_bytes = cache.resident_bytes(),
             "state evicted to the store"
         );
+        self.remove_bins(victims);
     }
 
     /// Whether a window ending at `end` is past its allowed lateness.
@@ -542,7 +419,7 @@ impl<K: GroupKey> Operator for Window<K> {
             }
             ctx.count(&ctx.metrics.state_loads, missing.len() as u64);
             for bin in missing {
-                if let Err(e) = self.load(bin) {
+                if let Err(e) = self.load(bin, false) {
                     ctx.fail(format!("cannot load bin {bin} of its state: {e}"));
                     return;
                 }
@@ -597,7 +474,7 @@ impl<K: GroupKey> Operator for Window<K> {
                             start,
                             windows
                                 .entry(start)
-                                .or_insert_with(|| Panes::new(start + size, expected)),
+                                .or_insert_with(|| Panes::new(start + size, expected, bins)),
                         ));
                     }
                     let (_, panes) = current.as_mut().expect("set above");
@@ -616,7 +493,7 @@ impl<K: GroupKey> Operator for Window<K> {
                     accepted = true;
                     let panes = windows
                         .entry(w.start)
-                        .or_insert_with(|| Panes::new(w.end, expected));
+                        .or_insert_with(|| Panes::new(w.end, expected, bins));
                     let (e, new) = panes.pane.update(hash, &probe, aggs, &inputs, row, ts);
                     counted(hash, new);
                     if panes.watch && (panes.fired || panes.prefired.binary_search(&e).is_ok()) {
@@ -641,11 +518,7 @@ impl<K: GroupKey> Operator for Window<K> {
             let mut out = self.output(ctx, refire.len());
             for &(start, hash, index) in &refire {
                 let panes = &self.windows[&start];
-                let entry = panes
-                    .pane
-                    .table
-                    .find(hash, |e| e.index == index)
-                    .expect("a refired entry exists");
+                let entry = panes.pane.get(hash, index).expect("a refired entry exists");
                 out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
             }
             out.done();
@@ -673,7 +546,7 @@ impl<K: GroupKey> Operator for Window<K> {
                 panes.fired = true;
                 panes.watch = true;
                 firing.push((start, panes.end));
-                self.expected_keys = panes.pane.table.len();
+                self.expected_keys = panes.pane.len();
                 let prefired = std::mem::take(&mut panes.prefired);
                 for entry in panes.pane.table.iter() {
                     if prefired.is_empty() || prefired.binary_search(&entry.index).is_err() {
@@ -807,21 +680,7 @@ impl<K: GroupKey> Window<K> {
                 .filter(|&b| !cache.is_resident(b))
                 .collect();
             for bin in missing {
-                let chunks = self
-                    .cache
-                    .as_ref()
-                    .expect("checked above")
-                    .read(bin)
-                    .map_err(|e| e.0)?;
-                let mut keys = 0;
-                for chunk in chunks {
-                    for (key, value) in chunk.entries {
-                        keys += self.install(&key, &value, true)?;
-                    }
-                }
-                let cache = self.cache.as_mut().expect("checked above");
-                cache.loaded(bin);
-                cache.added(bin, keys);
+                self.load(bin, true)?;
             }
         }
         let mut slot_of = vec![u32::MAX; n as usize];
@@ -830,37 +689,10 @@ impl<K: GroupKey> Window<K> {
         }
         let mut out: Vec<crate::exec::operator::BinEntries> =
             bins.iter().map(|_| Vec::new()).collect();
-        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
-        let mut leaving = vec![false; n as usize];
-        for &b in bins {
-            leaving[b as usize] = true;
-        }
-        for (&start, panes) in &mut self.windows {
-            let mut any = false;
-            for entry in panes.pane.table.iter() {
-                let slot = slot_of[bin_of(entry.hash, n) as usize];
-                if slot == u32::MAX {
-                    continue;
-                }
-                any = true;
-                let mut key = start.to_be_bytes().to_vec();
-                entry.key.encode(&self.plan.key, &mut key);
-                let i = entry.index as usize;
-                let stored = StoredEntry {
-                    fired: panes.fired || panes.prefired.binary_search(&entry.index).is_ok(),
-                    num: panes.pane.num(entry, words)[..words].to_vec(),
-                    other: panes.pane.other[i * o..(i + 1) * o].to_vec(),
-                };
-                out[slot as usize].push((
-                    key,
-                    postcard::to_stdvec(&stored).expect("window state encodes"),
-                ));
-            }
-            if any {
-                panes.pane.evict(n, &leaving, words, o, &mut panes.prefired);
-                panes.watch = panes.fired || !panes.prefired.is_empty();
-            }
-        }
+        self.encode_bins(bins, |bin, entry| {
+            out[slot_of[bin as usize] as usize].push(entry);
+        });
+        self.remove_bins(bins);
         for (&b, entries) in bins.iter().zip(&out) {
             self.dirty.unmark(b);
             if let Some(cache) = &mut self.cache {
@@ -889,8 +721,7 @@ impl<K: GroupKey> Window<K> {
             }
             cache.superseded(bin);
         }
-        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
-        let watermark = self.watermark;
+        let (watermark, bins) = (self.watermark, self.dirty.bins());
         let mut due = Vec::new();
         let mut keys = 0;
         let plan = self.plan.clone();
@@ -899,17 +730,7 @@ impl<K: GroupKey> Window<K> {
             let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
             let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
             let end = start + self.size_ms;
-            let stored: StoredEntry = postcard::from_bytes(&value)
-                .map_err(|e| format!("undecodable window state: {e}"))?;
-            if stored.num.len() != words || stored.other.len() != o {
-                return Err(format!(
-                    "a key holds {} + {} accumulators, the window computes {} + {}",
-                    stored.num.len(),
-                    stored.other.len(),
-                    words,
-                    o
-                ));
-            }
+            let stored = self.decode(&value)?;
             if Self::expired(end, plan.allowed_lateness_ms, watermark) {
                 // Past this instance's lateness: emitted now if the
                 // exporter had not, then gone.
@@ -928,21 +749,22 @@ impl<K: GroupKey> Window<K> {
                 continue;
             }
             let panes = self.windows.entry(start).or_insert_with(|| {
-                let mut p = Panes::new(end, 0);
+                let mut p = Panes::new(end, 0, bins);
                 p.fired = end - 1 <= watermark;
                 p.watch = p.fired;
                 p
             });
-            let hash = self.plan.key.hash_encoded(group);
-            let index = panes.pane.next;
-            panes.pane.insert(
-                hash,
-                K::from_encoded(&self.plan.key, group),
-                &stored.num,
-                stored.other,
+            let fired = stored.fired;
+            let (hash, index) = Self::put(
+                &plan,
+                &self.aggs,
+                &mut self.expected_keys,
+                panes,
+                group,
+                stored,
             );
             keys += 1;
-            match (stored.fired, panes.fired) {
+            match (fired, panes.fired) {
                 (true, false) => {
                     panes.prefired.push(index);
                     panes.watch = true;
@@ -950,7 +772,6 @@ impl<K: GroupKey> Window<K> {
                 (false, true) => due.push((start, hash, index)),
                 _ => {}
             }
-            self.expected_keys = self.expected_keys.max(panes.pane.table.len());
         }
         gone.done();
         for panes in self.windows.values_mut() {
@@ -967,8 +788,7 @@ impl<K: GroupKey> Window<K> {
                 let panes = &self.windows[&start];
                 let entry = panes
                     .pane
-                    .table
-                    .find(hash, |e| e.index == index)
+                    .get(hash, index)
                     .expect("an installed entry exists");
                 out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
             }
@@ -982,13 +802,13 @@ impl<K: GroupKey> Window<K> {
 }
 
 impl<K: GroupKey> Panes<K> {
-    fn new(end: i64, keys: usize) -> Panes<K> {
+    fn new(end: i64, keys: usize, bins: u32) -> Panes<K> {
         Panes {
             end,
             fired: false,
             prefired: Vec::new(),
             watch: false,
-            pane: Pane::with_capacity(keys),
+            pane: Pane::with_capacity(keys, bins),
         }
     }
 }

@@ -208,6 +208,13 @@ impl Aggregates {
         other.extend(self.other.iter().map(|a| a.init.clone()));
     }
 
+    /// Sets one key's value-owning accumulators back to fresh ones.
+    pub(super) fn reset_other(&self, other: &mut [AccState]) {
+        for (slot, agg) in other.iter_mut().zip(&self.other) {
+            *slot = agg.init.clone();
+        }
+    }
+
     /// Evaluates the arguments that are not bare fields. A row whose
     /// evaluation fails is reported through `dead_letter` and marked.
     pub(super) fn eval(
