@@ -5,6 +5,8 @@
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
+pub(crate) mod heartbeat;
+
 pub(crate) mod metrics;
 mod migration;
 pub(crate) mod operator;

@@ -492,7 +492,8 @@ pub(crate) fn start_with(
                 pending: checkpoint,
             });
         }
-        let names = nodes.iter().map(|n| n.component.clone()).collect();
+        let names: Vec<Arc<str>> = nodes.iter().map(|n| n.component.clone()).collect();
+        let beat = super::heartbeat::Heartbeat::register(format!("eddy-worker-{w}"), names.clone());
         let worker = Worker {
             id: w,
             global: first_worker + w,
@@ -517,6 +518,7 @@ pub(crate) fn start_with(
                 )
             },
             trace: crate::trace::LaneTrace::worker(first_worker + w, names),
+            beat,
         };
         let shared_for_thread = shared.clone();
         let handle = std::thread::Builder::new()
