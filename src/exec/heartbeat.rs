@@ -82,7 +82,7 @@ pub(crate) fn tick() {
 }
 
 /// Threads that have not beaten for more than `ticks` epochs, each as
-/// "NAME (inside COMPONENT) for N ticks", the staleest first.
+/// "NAME (inside COMPONENT) for N ticks", the stalest first.
 pub(crate) fn stuck(ticks: u64) -> Vec<String> {
     let now = EPOCH.load(Relaxed);
     let mut all = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
@@ -103,6 +103,6 @@ pub(crate) fn stuck(ticks: u64) -> Vec<String> {
             Some((age, what))
         })
         .collect();
-    late.sort_by(|a, b| b.0.cmp(&a.0));
+    late.sort_by_key(|l| std::cmp::Reverse(l.0));
     late.into_iter().map(|(_, w)| w).collect()
 }
