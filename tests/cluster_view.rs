@@ -8,44 +8,12 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
-use std::path::Path;
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-fn free_udp(ip: [u8; 4]) -> SocketAddr {
-    UdpSocket::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
-}
-
-fn run_eddy(args: &[&str]) {
-    let out = eddy().args(args).output().expect("run eddy");
-    assert!(
-        out.status.success(),
-        "eddy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn make_certs(dir: &Path, names: &[&str]) {
-    let ca = dir.join("ca");
-    run_eddy(&["cluster", "init", ca.to_str().unwrap(), "--cluster", "blue"]);
-    for n in names {
-        run_eddy(&[
-            "cluster",
-            "issue",
-            "--ca",
-            ca.to_str().unwrap(),
-            "--out",
-            dir.join("certs").to_str().unwrap(),
-            n,
-        ]);
-    }
-}
 
 fn cluster(port: u16) -> Option<Value> {
     let (code, body) = http(port, "GET", "/cluster")?;

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -24,38 +24,6 @@ const NODES: usize = 3;
 /// A 3-node run of this size takes 1-3 s here; this is the limit before
 /// the test says the cluster hung.
 const RUN_LIMIT: Duration = Duration::from_secs(90);
-
-fn free_udp(ip: [u8; 4]) -> SocketAddr {
-    UdpSocket::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
-}
-
-fn run_eddy(args: &[&str]) {
-    let out = eddy().args(args).output().expect("run eddy");
-    assert!(
-        out.status.success(),
-        "eddy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A cluster CA and a certificate per node.
-fn make_certs(dir: &Path, names: &[String]) {
-    let ca = dir.join("ca");
-    run_eddy(&["cluster", "init", ca.to_str().unwrap(), "--cluster", "blue"]);
-    for n in names {
-        run_eddy(&[
-            "cluster",
-            "issue",
-            "--ca",
-            ca.to_str().unwrap(),
-            "--out",
-            dir.join("certs").to_str().unwrap(),
-            n,
-        ]);
-    }
-}
 
 /// Auctions `(id, seller, ts)` and bids `(auction, price, ts)`, each in
 /// event-time order.

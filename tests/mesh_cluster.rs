@@ -19,13 +19,13 @@
 mod common;
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{Scratch, eddy};
+use common::{Scratch, eddy, free_tcp, free_udp, make_certs_in};
 use serde_json::Value;
 
 /// SWIM settings of every node here.
@@ -74,45 +74,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// A free port on `ip` for UDP (the mesh) or TCP (the API), from the
 /// kernel's ephemeral range: no clash with the 7400/7401 defaults other
 /// tests use, nor with their random ports.
-fn free_udp(ip: [u8; 4]) -> SocketAddr {
-    UdpSocket::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
-}
-
-fn free_tcp(ip: [u8; 4]) -> SocketAddr {
-    TcpListener::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free TCP port")
-}
-
-fn run_eddy(args: &[&str]) {
-    let out = eddy().args(args).output().expect("run eddy");
-    assert!(
-        out.status.success(),
-        "eddy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `eddy cluster init` of `ca` (cluster `blue`), then a certificate per
-/// node name in `certs`.
-fn make_certs(ca: &Path, certs: &Path, names: &[&str]) {
-    let ca_s = ca.to_str().expect("utf8");
-    run_eddy(&["cluster", "init", ca_s, "--cluster", "blue"]);
-    for n in names {
-        run_eddy(&[
-            "cluster",
-            "issue",
-            "--ca",
-            ca_s,
-            "--out",
-            certs.to_str().expect("utf8"),
-            n,
-        ]);
-    }
-}
-
 /// What one node is given.
 struct NodeSpec<'a> {
     name: &'a str,
@@ -506,7 +467,7 @@ fn loopback_cluster(s: &Scratch, n: usize) -> Cluster {
     let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (ca, certs) = (s.path("ca"), s.path("certs"));
-    make_certs(&ca, &certs, &refs);
+    make_certs_in(&ca, &certs, &refs);
     let ip = |i: usize| [127, 0, 0, 2 + i as u8];
     let mesh: Vec<SocketAddr> = (0..n).map(|i| free_udp(ip(i))).collect();
     let nodes = (0..n)
@@ -650,7 +611,7 @@ fn a_node_with_a_certificate_of_another_ca_is_refused_and_logged() {
     // Another CA with the same cluster name: only the signature tells the
     // intruder apart.
     let (other_ca, other_certs) = (s.path("other-ca"), s.path("other-certs"));
-    make_certs(&other_ca, &other_certs, &["intruder"]);
+    make_certs_in(&other_ca, &other_certs, &["intruder"]);
     let seeds = vec![c.nodes[0].mesh, c.nodes[1].mesh];
     let intruder = Node::new(
         &s,
@@ -877,7 +838,7 @@ fn in_network_namespaces_mdns_finds_the_peers_and_a_partition_is_detected_and_he
     let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (ca, certs) = (s.path("ca"), s.path("certs"));
-    make_certs(&ca, &certs, &refs);
+    make_certs_in(&ca, &certs, &refs);
     let mut c = Cluster {
         nodes: (0..n)
             .map(|i| {

@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -45,34 +44,11 @@ fn the_unit_file_verifies_cleanly() {
     );
 }
 
-/// Datagrams received on `socket` until `until` says stop or `timeout`.
-fn receive_until(
-    socket: &UnixDatagram,
-    timeout: Duration,
-    got: &mut Vec<String>,
-    until: impl Fn(&[String]) -> bool,
-) -> bool {
-    let deadline = Instant::now() + timeout;
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline {
-        if let Ok(n) = socket.recv(&mut buf) {
-            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-            if until(got) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 #[test]
 fn run_notifies_systemd_ready_watchdog_and_stopping() {
     let s = Scratch::new();
     let socket_path = s.path("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
+    let socket = notify_socket(&socket_path);
     let pipeline = |rate: &str| {
         format!(
             "[node]\ndata_dir = \"{}\"\n[api]\nenabled = false\n[checkpoint]\ninterval = \"200ms\"\n\

@@ -138,30 +138,34 @@ pub fn wcount_expected(n: u64) -> (u64, u64, u64) {
     (rows, n, sum)
 }
 
+/// wcount's source, `events`: `count` records of the `wcount` generator
+/// (with `extra` lines, such as a rate), checkpoints off so the engine runs
+/// alone, state in memory as the timely baseline keeps it.
+pub(crate) fn wcount_source_toml(count: u64, extra: &str) -> String {
+    format!(
+        "[checkpoint]\nenabled = false\n[sources.events]\ntype = \"generator\"\n\
+         schema = \"wcount\"\ncount = {count}\n{extra}\n"
+    )
+}
+
+/// wcount's window `counts` (count and sum of `value` per `key` in
+/// tumbling windows of `size`) over `input`, into the blackhole `rows`.
+pub(crate) fn wcount_window_toml(input: &str, size: &str) -> String {
+    format!(
+        "[transforms.counts]\ntype = \"window\"\ninputs = [\"{input}\"]\nkey = [\"key\"]\n\
+         window = {{ kind = \"tumbling\", size = \"{size}\" }}\n\
+         aggregates = {{ count = \"count(*)\", sum = \"sum(value)\" }}\n\
+         [sinks.rows]\ntype = \"blackhole\"\ninputs = [\"counts\"]\n"
+    )
+}
+
 /// Runs `wcount` (generator → keyed 1 s tumbling count and sum → counting
 /// sink) through the real engine.
 pub fn wcount(events: u64, workers: usize) -> Result<WcountReport, String> {
     let toml = format!(
-        r#"
-[node]
-workers = {workers}
-# The engine alone: state in memory, as the timely baseline keeps it.
-[checkpoint]
-enabled = false
-[sources.events]
-type = "generator"
-schema = "wcount"
-count = {events}
-[transforms.counts]
-type = "window"
-inputs = ["events"]
-key = ["key"]
-window = {{ kind = "tumbling", size = "1s" }}
-aggregates = {{ count = "count(*)", sum = "sum(value)" }}
-[sinks.rows]
-type = "blackhole"
-inputs = ["counts"]
-"#
+        "[node]\nworkers = {workers}\n{}{}",
+        wcount_source_toml(events, ""),
+        wcount_window_toml("events", "1s")
     );
     let (plan, _) = load_str("<wcount>", &toml).map_err(|d| d.render())?;
     let schema = plan

@@ -26,30 +26,11 @@ fn pipeline(events: u64, rate: Option<u64>) -> String {
     // A rate also makes event time advance in step with it.
     let rate = rate.map_or(String::new(), |r| format!("rate = {r}"));
     format!(
-        r#"
-[node]
-workers = 2
-[checkpoint]
-enabled = false
-[sources.events]
-type = "generator"
-schema = "wcount"
-count = {events}
-{rate}
-[transforms.scaled]
-type = "map"
-inputs = ["events"]
-fields = {{ value = "value * 2" }}
-[transforms.counts]
-type = "window"
-inputs = ["scaled"]
-key = ["key"]
-window = {{ kind = "tumbling", size = "100ms" }}
-aggregates = {{ count = "count(*)", sum = "sum(value)" }}
-[sinks.rows]
-type = "blackhole"
-inputs = ["counts"]
-"#
+        "[node]\nworkers = 2\n{}\
+         [transforms.scaled]\ntype = \"map\"\ninputs = [\"events\"]\n\
+         fields = {{ value = \"value * 2\" }}\n{}",
+        api::wcount_source_toml(events, &rate),
+        api::wcount_window_toml("scaled", "100ms")
     )
 }
 

@@ -2,7 +2,11 @@
 //! "started" only once eddy says `READY=1` (its mesh, API and pipeline are
 //! up), `STOPPING=1` tells systemd a stop is under way (the final
 //! checkpoint), `STATUS=` is what `systemctl status` shows, and
-//! `WATCHDOG=1` is sent every half `WatchdogSec` while the daemon lives.
+//! `WATCHDOG=1` is sent every half `WatchdogSec` while every worker and the
+//! checkpoint committer make progress (`exec/heartbeat.rs`): one stuck for
+//! longer than that (a deadlock inside sled, an operator that never
+//! returns) stops the pings, is logged by name, and systemd restarts the
+//! daemon, which resumes from its last checkpoint.
 //! Without `$NOTIFY_SOCKET` (not under systemd) all of it is off.
 
 use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -10,6 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use crate::exec::heartbeat;
 
 pub(crate) struct Notifier {
     socket: UnixDatagram,
@@ -64,8 +70,8 @@ impl Notifier {
         }
     }
 
-    /// Starts sending `WATCHDOG=1` if systemd asked for it; the thread
-    /// stops when `stop` is set.
+    /// Starts sending `WATCHDOG=1` if systemd asked for it, while nothing
+    /// is stuck; the thread stops when `stop` is set.
     pub(crate) fn start_watchdog(
         self: &Arc<Self>,
         stop: Arc<AtomicBool>,
@@ -75,15 +81,40 @@ impl Notifier {
         std::thread::Builder::new()
             .name("eddy-watchdog".into())
             .spawn(move || {
-                let tick = Duration::from_millis(20).min(every);
+                                // The heartbeat clock: a quarter of the ping period, so a
+                // beat lands several times per period, but no finer than
+                // 10 ms nor coarser than 100 ms (threads write their slot
+                // at most once a tick).
+                let tick = (every / 4).clamp(Duration::from_millis(10), Duration::from_millis(100));
+                // Stale once older than a ping period (half `WatchdogSec`).
+                let max_age = every.as_nanos().div_ceil(tick.as_nanos()) as u64;
                 let mut waited = Duration::ZERO;
+                let mut was_stuck = false;
                 me.send("WATCHDOG=1");
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
+                    heartbeat::tick();
                     waited += tick;
-                    if waited >= every {
+                    if waited < every {
+                        continue;
+                    }
+                    waited = Duration::ZERO;
+                    let stuck = heartbeat::stuck(max_age);
+                    if stuck.is_empty() {
+                        if was_stuck {
+                            tracing::warn!("watchdog: every worker moves again; pinging systemd again");
+                            me.send("STATUS=running");
+                        }
+                        was_stuck = false;
                         me.send("WATCHDOG=1");
-                        waited = Duration::ZERO;
+                    } else if !was_stuck {
+                        was_stuck = true;
+                        let who = stuck.join(", ");
+                        tracing::error!(
+                            "watchdog: no progress for over {} ms in {who}; not pinging systemd,                              which restarts eddy after WatchdogSec (it resumes from its last checkpoint)",
+                            every.as_millis()
+                        );
+                        me.send(&format!("STATUS=stuck: {who}"));
                     }
                 }
             })

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::checkpoint::{Checkpoints, Committed};
+use super::heartbeat::Heartbeat;
 
 /// How often the thread looks at its quit flag while waiting.
 const TICK: Duration = Duration::from_millis(20);
@@ -24,16 +25,27 @@ pub(crate) fn spawn_committer(
                 .checkpoints
                 .clone()
                 .expect("the committer runs with checkpoints");
+            // Waiting for barriers beats (`alive` is asked every 50 ms);
+            // writing the checkpoint to sled does not, so a stuck write is
+            // named by the watchdog.
+            let beat = Heartbeat::register(
+                "eddy-checkpoint (the checkpoint committer)".into(),
+                Vec::new(),
+            );
             let mut last = Instant::now();
             loop {
                 while last.elapsed() < interval {
+                    beat.beat();
                     if quit.load(Relaxed) || shared.failed.load(Relaxed) {
                         return;
                     }
                     std::thread::sleep(TICK.min(interval));
                 }
                 last = Instant::now();
-                let running = || !quit.load(Relaxed);
+                let running = || {
+                    beat.beat();
+                    !quit.load(Relaxed)
+                };
                 match take(&shared, &cp, &running) {
                     Ok(Some(c)) => tracing::debug!(
                         checkpoint = c.id,

@@ -6,6 +6,8 @@ mod bin_wire;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
+pub(crate) mod heartbeat;
+
 pub(crate) mod metrics;
 mod migration;
 mod migration_mesh;

@@ -498,7 +498,8 @@ pub(crate) fn start_with(
                 pending: checkpoint,
             });
         }
-        let names = nodes.iter().map(|n| n.component.clone()).collect();
+        let names: Vec<Arc<str>> = nodes.iter().map(|n| n.component.clone()).collect();
+        let beat = super::heartbeat::Heartbeat::register(format!("eddy-worker-{w}"), names.clone());
         let worker = Worker {
             id: w,
             global: first_worker + w,
@@ -514,6 +515,7 @@ pub(crate) fn start_with(
                 super::migration::WorkerMigration::fixed(w, workers, &[0], &[]),
             ),
             trace: crate::trace::LaneTrace::worker(first_worker + w, names),
+            beat,
         };
         let shared_for_thread = shared.clone();
         let handle = std::thread::Builder::new()

@@ -132,6 +132,9 @@ pub(crate) struct Worker {
     /// moving bins needs (`migration.rs`).
     pub(crate) mig: super::migration::WorkerMigration,
     pub(crate) trace: crate::trace::LaneTrace,
+    /// For systemd's watchdog (`heartbeat.rs`): beats once per loop turn,
+    /// and names the operator a stuck call is in.
+    pub(crate) beat: super::heartbeat::Heartbeat,
 }
 
 /// Messages handled per inbox per round, so that sources keep a fair share.
@@ -146,6 +149,7 @@ impl Worker {
     pub(crate) fn run(mut self) {
         self.restore();
         loop {
+            self.beat.beat();
             if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
                 return;
             }
@@ -181,7 +185,9 @@ impl Worker {
                 }
                 let start = super::metrics::instrumented().then(Instant::now);
                 let t = self.trace.begin();
+                let outer = self.beat.enter(node);
                 let polled = self.sources[s].task.poll(stop);
+                self.beat.leave(outer);
                 if !matches!(polled, SourcePoll::Pending(_)) {
                     self.trace.end(t, Processing, node); // an empty poll is loop
                 }
@@ -285,7 +291,9 @@ impl Worker {
             blocked_ns: 0,
             failure: None,
         };
+        let outer = self.beat.enter(node);
         f(op.as_mut(), &mut ctx);
+        self.beat.leave(outer);
         if let Some(failure) = ctx.failure.take() {
             self.shared.fail(format!("{}: {failure}", state.component));
         }
@@ -389,6 +397,9 @@ impl Worker {
                 Err(flume::TrySendError::Full(m)) => msg = m,
             }
             blocked_since.get_or_insert_with(Instant::now);
+            // Blocked on a full channel is waiting, not stuck: the worker
+            // that does not drain it is the one to name.
+            self.beat.beat();
             if self.shared.failed.load(Relaxed) {
                 return;
             }
@@ -556,6 +567,7 @@ impl Worker {
                 if self.shared.assignment[bin.bin as usize] as usize != self.global {
                     continue;
                 }
+                self.beat.beat();
                 let mut entries = Vec::with_capacity(bin.entries as usize);
                 for chunk in cp.store().read_bin(&op_record.id, bin) {
                     match chunk {

@@ -8,6 +8,14 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+mod cluster;
+mod notify;
+// Each test binary uses some of these: the rest would warn as unused.
+#[allow(unused_imports)]
+pub use cluster::*;
+#[allow(unused_imports)]
+pub use notify::*;
+
 pub fn eddy() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_eddy"));
     c.env_remove("RUST_LOG").env_remove("STATE_DIRECTORY");
