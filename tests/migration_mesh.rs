@@ -534,3 +534,35 @@ fn sigterm_drains_a_member_and_the_others_finish() {
         assert!(*n <= full, "{id}: {n} > {full} with the whole input");
     }
 }
+
+/// A drain that cannot complete within `[migration] drain_timeout` (here
+/// far shorter than one round trip) ends with an error and a non-zero
+/// exit, not a hang.
+#[test]
+fn a_drain_past_its_timeout_exits_non_zero() {
+    let mut c = Cluster::start(150_000, 25_000, "[migration]\ndrain_timeout = \"1ms\"\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    let pid = c.nodes[2].0.as_ref().expect("running").id();
+    signal(pid, "TERM");
+    let sent = Instant::now();
+    let status = loop {
+        let child = c.nodes[2].0.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "node-2 did not exit after SIGTERM\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    c.nodes[2].0 = None;
+    assert_eq!(status.code(), Some(1), "{}", c.logs());
+    let log = c.s.read("node-2.log");
+    assert!(
+        log.contains("did not complete within [migration] drain_timeout"),
+        "{log}"
+    );
+    assert!(!log.contains("drained:"), "{log}");
+}
