@@ -132,6 +132,12 @@ impl Cluster {
     /// Three members running the pipeline with `migration` as their
     /// `[migration]` section; returns once every local API answers.
     fn start(events: u64, rate: u64, migration: &str) -> Cluster {
+        Cluster::start_with(events, [rate; NODES], migration)
+    }
+
+    /// As `start`, each member's generator at its own rate (sources may
+    /// differ between members; the keyed exchanges may not).
+    fn start_with(events: u64, rates: [u64; NODES], migration: &str) -> Cluster {
         let s = Scratch::new();
         let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
         make_certs(&s.path(""), &names);
@@ -174,7 +180,7 @@ address = "127.0.0.1:{port}"
             let out = s.path(&format!("rows-{name}.jsonl"));
             let config = s.write(
                 &format!("{name}.toml"),
-                &pipeline(&head, events, Some(rate), &out),
+                &pipeline(&head, events, Some(rates[i]), &out),
             );
             let log = std::fs::File::create(s.path(&format!("{name}.log"))).expect("log file");
             let child = eddy()
@@ -224,6 +230,9 @@ address = "127.0.0.1:{port}"
     fn finish(mut self) -> (Vec<String>, String) {
         let started = Instant::now();
         for i in 0..NODES {
+            if self.nodes[i].0.is_none() {
+                continue; // the test waited for it already
+            }
             let status = loop {
                 let child = self.nodes[i].0.as_mut().expect("running");
                 if let Some(status) = child.try_wait().expect("wait") {
@@ -436,4 +445,124 @@ fn rebalance_in_one_process() {
         "1 process with a migration: {}",
         diff(&got, &want)
     );
+}
+
+/// The records the members' sources read, from their logs' last line.
+fn records_read(logs: &str) -> u64 {
+    logs.lines()
+        .filter_map(|l| l.split("finished: ").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// SIGTERM drains a member mid-stream: node-2's sources end, its bins
+/// (open windows, fed by every member) move to node-0 and node-1 while
+/// their records flow, node-2 leaves the run and exits 0, and the others
+/// finish it. Node-2's input is cut at the signal, so the reference is
+/// not the single-node output: every record read is counted exactly once
+/// (the counts add up to what the sources read), no window fires twice,
+/// and no window counts more than with the whole input.
+#[test]
+fn sigterm_drains_a_member_and_the_others_finish() {
+    const EVENTS: u64 = 150_000;
+    let want = reference(EVENTS);
+    let mut c = Cluster::start(EVENTS, 25_000, "[migration]\ndrain_timeout = \"20s\"\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = c.nodes[2].0.as_ref().expect("running").id();
+    signal(pid, "TERM");
+    let sent = Instant::now();
+    let status = loop {
+        let child = c.nodes[2].0.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "node-2 did not exit after SIGTERM\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let exited = sent.elapsed();
+    c.nodes[2].0 = None;
+    assert!(
+        status.success(),
+        "node-2 exited with {status}\n{}",
+        c.logs()
+    );
+    let line =
+        c.s.read("node-2.log")
+            .lines()
+            .find(|l| l.contains("drained:"))
+            .unwrap_or_else(|| panic!("node-2 logs no drain\n{}", c.logs()))
+            .to_string();
+    for field in ["epoch=", "bins=21", "bytes=", "duration_ms="] {
+        assert!(line.contains(field), "{field}: {line}");
+    }
+    eprintln!("{line}\nnode-2 exited {exited:?} after SIGTERM");
+    let (got, logs) = c.finish();
+    for n in ["node-0", "node-1"] {
+        let at = logs.find(&format!("--- {n}:")).expect("log");
+        assert!(
+            logs[at..].contains("node-2 drained and left the run"),
+            "{n} did not see node-2 leave\n{logs}"
+        );
+    }
+    let read = records_read(&logs);
+    assert!(
+        read < EVENTS && read > EVENTS / 2,
+        "{read} records read\n{logs}"
+    );
+    // A row is its window and key, then `count` and `sum`.
+    let split = |rows: &[String]| -> std::collections::BTreeMap<String, u64> {
+        let mut m = std::collections::BTreeMap::new();
+        for r in rows {
+            let mut v: Value = serde_json::from_str(r).expect("JSON row");
+            let count = v["count"].as_u64().expect("count");
+            let o = v.as_object_mut().expect("object");
+            o.remove("count");
+            o.remove("sum");
+            let id = v.to_string();
+            assert!(m.insert(id, count).is_none(), "a window fired twice: {r}");
+        }
+        m
+    };
+    let (got, want) = (split(&got), split(&want));
+    assert_eq!(got.values().sum::<u64>(), read, "counted vs read\n{logs}");
+    for (id, n) in &got {
+        let full = want.get(id).copied().unwrap_or(0);
+        assert!(*n <= full, "{id}: {n} > {full} with the whole input");
+    }
+}
+
+/// A drain that cannot complete within `[migration] drain_timeout` (here
+/// far shorter than one round trip) ends with an error and a non-zero
+/// exit, not a hang.
+#[test]
+fn a_drain_past_its_timeout_exits_non_zero() {
+    let mut c = Cluster::start(150_000, 25_000, "[migration]\ndrain_timeout = \"1ms\"\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    let pid = c.nodes[2].0.as_ref().expect("running").id();
+    signal(pid, "TERM");
+    let sent = Instant::now();
+    let status = loop {
+        let child = c.nodes[2].0.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "node-2 did not exit after SIGTERM\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    c.nodes[2].0 = None;
+    assert_eq!(status.code(), Some(1), "{}", c.logs());
+    let log = c.s.read("node-2.log");
+    assert!(
+        log.contains("did not complete within [migration] drain_timeout"),
+        "{log}"
+    );
+    assert!(!log.contains("drained:"), "{log}");
 }

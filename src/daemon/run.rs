@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
@@ -112,6 +112,8 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
 
 enum Event {
     Finished,
+    /// `[migration] drain_timeout` passed while this member drained.
+    DrainTimeout,
     Signal(std::io::Result<Signal>),
     Reload(ReloadRequest),
 }
@@ -137,6 +139,7 @@ fn wait_or_signal(
             }
         };
         let mut stopping = false;
+        let mut drain_deadline: Option<Instant> = None;
         loop {
             let event = {
                 let running = match current.as_ref() {
@@ -161,10 +164,34 @@ fn wait_or_signal(
                         Err(_) => std::future::pending().await,
                     }
                 };
-                smol::future::or(finished, smol::future::or(signal, reload)).await
+                let drain_timeout = async {
+                    match drain_deadline {
+                        Some(at) => {
+                            smol::Timer::at(at).await;
+                            Event::DrainTimeout
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                smol::future::or(
+                    finished,
+                    smol::future::or(signal, smol::future::or(reload, drain_timeout)),
+                )
+                .await
             };
             match event {
                 Event::Finished => return Ok(()),
+                Event::DrainTimeout => {
+                    drain_deadline = None;
+                    if let Some(c) = current.as_ref() {
+                        let timeout = c.running.reporter().plan().node.migration.drain_timeout;
+                        // The run fails: the process exits non-zero once its
+                        // workers returned.
+                        c.running.shared().fail(format!(
+                            "the drain did not complete within [migration] drain_timeout ({timeout:?}); exiting without handing over this member's bins"
+                        ));
+                    }
+                }
                 Event::Reload(request) => {
                     let outcome = if stopping {
                         Err("the pipeline is stopping".to_string())
@@ -188,7 +215,37 @@ fn wait_or_signal(
                     };
                     stopping = true;
                     services.set_stopping();
-                    if c.running.has_checkpoints() {
+                    let shared = c.running.shared();
+                    // Its input ended by itself: its bins cannot leave on
+                    // the streams it ended; it stays until the run ends.
+                    let drainable =
+                        shared.can_drain() && !shared.ended_exchange.load(Ordering::Relaxed);
+                    if shared.can_drain() && !drainable {
+                        tracing::warn!(
+                            "received {sig:?}; this member's input has ended, so its bins cannot move away: it stays until the other members end the run (send it again to exit at once)"
+                        );
+                        c.running.stop();
+                    } else if drainable {
+                        // A member of a distributed run: its sources end,
+                        // its bins move to the others, and it leaves; the
+                        // others finish the run.
+                        let reporter = c.running.reporter();
+                        let m = &reporter.plan().node.migration;
+                        let (strategy, deadline) = (m.strategy, Instant::now() + m.drain_timeout);
+                        drain_deadline = Some(deadline);
+                        shared.draining.store(true, Ordering::SeqCst);
+                        tracing::info!(
+                            "received {sig:?}; draining: this member's bins move to the others, then it leaves the run (send it again to exit at once)"
+                        );
+                        c.running.stop();
+                        std::thread::Builder::new()
+                            .name("eddy-drain".into())
+                            .spawn(move || drain(&shared, strategy, deadline))
+                            .map_err(|e| {
+                                tracing::error!("cannot start the drain: {e}");
+                                ExitCode::FAILURE
+                            })?;
+                    } else if c.running.has_checkpoints() {
                         // Open windows stay open: their state goes into a
                         // final checkpoint and the next run continues them.
                         tracing::info!(
@@ -216,4 +273,25 @@ fn wait_or_signal(
             }
         }
     })
+}
+
+/// SIGTERM on a member of a distributed run (see `Shared::drain`); a
+/// failure ends the run with an error, so the process exits non-zero.
+fn drain(shared: &Arc<exec::Shared>, strategy: crate::migrate::Strategy, deadline: Instant) {
+    let started = Instant::now();
+    match shared.drain(strategy, deadline) {
+        Ok(r) => tracing::info!(
+            epoch = r.epoch,
+            bins = r.bins,
+            bytes = r.bytes,
+            steps = r.steps,
+            duration_ms = started.elapsed().as_secs_f64() * 1e3,
+            "drained: {} bins ({} bytes) moved to the other members at epoch {}, {:.1?}; leaving the run",
+            r.bins,
+            r.bytes,
+            r.epoch,
+            started.elapsed()
+        ),
+        Err(e) => shared.fail(format!("the drain failed: {e}")),
+    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::migration_mesh::Link;
-use super::worker::{Body, Worker};
+use super::worker::{Body, Route, Worker};
 use crate::data::Batch;
 use crate::kernel::hash::bin_of;
 use crate::mesh::frame::MigrateMsg;
@@ -117,6 +117,9 @@ pub(crate) struct WorkerMigration {
     state_edge: Vec<Option<usize>>,
     /// Nodes whose inputs all ended while a bin was still coming.
     deferred_end: Vec<usize>,
+    /// `(node, edge)`: `End` not sent yet on the edge while this member
+    /// drains (see `Worker::end_node`).
+    pub(crate) held_ends: Vec<(usize, usize)>,
     /// Per node: its watermark is held until its outgoing bins left. A
     /// sender's watermark that comes after its marker may be ahead of
     /// records it already sent the new owner: applied here before the
@@ -152,6 +155,7 @@ pub(crate) fn setup(
             out_held: vec![false; state_edge.len()],
             state_edge: state_edge.clone(),
             deferred_end: Vec::new(),
+            held_ends: Vec::new(),
         });
     }
     let control = std::sync::Arc::new(Control {
@@ -187,6 +191,7 @@ impl WorkerMigration {
             arrived: HashMap::new(),
             state_edge: Vec::new(),
             deferred_end: Vec::new(),
+            held_ends: Vec::new(),
             out_held: Vec::new(),
         }
     }
@@ -206,8 +211,22 @@ impl Shared {
             .migration
             .as_ref()
             .ok_or("this run has no migration control")?;
-        let target =
-            target.unwrap_or_else(|| crate::migrate::even(self.bins, self.global_workers as u32));
+        // Members that drained and left take no bins.
+        let gone = control
+            .mesh
+            .get()
+            .map_or(vec![false; self.global_workers], |l| {
+                l.gone_workers(self.global_workers)
+            });
+        let target = target.unwrap_or_else(|| {
+            let live: Vec<u32> = (0..self.global_workers as u32)
+                .filter(|&w| !gone[w as usize])
+                .collect();
+            crate::migrate::even(self.bins, live.len() as u32)
+                .into_iter()
+                .map(|i| live[i as usize])
+                .collect()
+        });
         if target.len() != self.bins as usize {
             return Err(format!(
                 "the target assignment has {} bins, the run {}",
@@ -220,6 +239,12 @@ impl Shared {
             return Err(format!(
                 "the target assignment names worker {w}, the run has {}",
                 self.global_workers
+            )
+            .into());
+        }
+        if let Some(w) = target.iter().find(|&&w| gone[w as usize]) {
+            return Err(format!(
+                "the target assignment names worker {w}, whose member left the run"
             )
             .into());
         }
@@ -241,6 +266,13 @@ impl Shared {
         *lock(&control.holder) = Some((id, me));
         let result = (|| {
             let mut coordinator = lock(&control.coordinator);
+            // Members that left are neither asked nor awaited (they own
+            // no bin: they left after their bins moved away).
+            let live: Vec<bool> = gone.iter().map(|g| !g).collect();
+            if coordinator.live() != live.as_slice() {
+                let a = coordinator.assignment().clone();
+                coordinator.reset_live(a, &live);
+            }
             if let Some(link) = control.mesh.get() {
                 link.lock_cluster(control, id, coordinator.assignment().epoch)?;
             }
@@ -456,6 +488,30 @@ impl Worker {
         }
     }
 
+    /// Whether the node sending on exchange `edge` ended here and sent
+    /// `End` on it (not held back).
+    fn edge_ended(&self, edge: usize) -> bool {
+        if self.mig.held_ends.iter().any(|&(_, e)| e == edge) {
+            return false;
+        }
+        self.nodes.iter().any(|n| {
+            n.ended
+                && n.routes
+                    .iter()
+                    .flatten()
+                    .any(|r| matches!(r, Route::Exchange { edge: e } if *e == edge))
+        })
+    }
+
+    /// Global worker `sender` sent `End` on exchange input `(node, port)`.
+    pub(crate) fn migration_sender_ended(&mut self, node: usize, port: usize, sender: usize) {
+        let mut out = Vec::new();
+        self.mig
+            .machine
+            .sender_ended(node, port, sender as u32, &mut out);
+        self.carry_out(out);
+    }
+
     /// A marker or bin state arrived on exchange `(node, port)`.
     pub(crate) fn migration_body(&mut self, node: usize, port: usize, sender: usize, body: Body) {
         match body {
@@ -514,6 +570,12 @@ impl Worker {
                 Output::BroadcastMarker { epoch } => {
                     for edge in 0..self.edges.len() {
                         let from = self.edges[edge].node;
+                        // A node that ended sent `End` on its edges, which
+                        // stands for every later marker (and nothing may
+                        // follow an `End` on a stream).
+                        if self.edge_ended(edge) {
+                            continue;
+                        }
                         for w in 0..self.shared.global_workers {
                             if w != self.global {
                                 self.send(from, edge, w, Body::Marker(*epoch));

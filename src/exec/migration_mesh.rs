@@ -20,9 +20,19 @@
 //! made (so the next request may go to any member). A worker's migrator
 //! also refuses (ignores, in release builds) a `Prepare` for an epoch
 //! other than the next of its own.
+//!
+//! SIGTERM drains a member ([`Shared::drain`]): its sources end, but its
+//! workers hold back `End` on their exchange streams (a bin's state goes
+//! out on them, and nothing may follow an `End`); it coordinates the move
+//! of its bins to the others like any rebalance, then sends `Leave`; each
+//! other member marks it gone (its streams closing is no failure, its
+//! workers are no longer asked or awaited) and answers `Left`. With every
+//! answer in, its workers send the held `End`s and return. A sender that
+//! ended stands for its marker of every later step (`Migrator::sender_ended`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
@@ -44,6 +54,12 @@ pub(crate) struct Link {
     names: Vec<String>,
     /// Per member: the queue of its control stream (`None` for this one).
     to: Vec<Option<flume::Sender<MigrateMsg>>>,
+    /// Per member: its global workers.
+    workers: Vec<std::ops::Range<usize>>,
+    /// Per member: it drained and left the run (`Leave`). It owns no bin
+    /// and sent `End` on all its streams: its streams closing is no
+    /// failure, and migrations go on without it.
+    left: Vec<AtomicBool>,
 }
 
 impl Link {
@@ -58,10 +74,40 @@ impl Link {
         }
     }
 
+    /// To every other member still in the run.
     pub(crate) fn broadcast(&self, msg: MigrateMsg) {
-        for tx in self.to.iter().flatten() {
-            let _ = tx.send(msg.clone());
+        for (node, tx) in self.to.iter().enumerate() {
+            if let Some(tx) = tx
+                && !self.has_left(node)
+            {
+                let _ = tx.send(msg.clone());
+            }
         }
+    }
+
+    /// Whether member `node` drained and left the run.
+    pub(crate) fn has_left(&self, node: usize) -> bool {
+        self.left.get(node).is_some_and(|l| l.load(SeqCst))
+    }
+
+    /// Per global worker: whether its member left the run.
+    pub(crate) fn gone_workers(&self, global: usize) -> Vec<bool> {
+        let mut gone = vec![false; global];
+        for (node, range) in self.workers.iter().enumerate() {
+            if self.has_left(node) {
+                for w in range.clone().filter(|&w| w < global) {
+                    gone[w] = true;
+                }
+            }
+        }
+        gone
+    }
+
+    /// The other members still in the run.
+    fn others(&self) -> usize {
+        (0..self.to.len())
+            .filter(|&n| self.to[n].is_some() && !self.has_left(n))
+            .count()
     }
 
     /// Takes every other member's lock for request `id` at `epoch`, or
@@ -72,7 +118,7 @@ impl Link {
         id: u64,
         epoch: u64,
     ) -> Result<(), RebalanceError> {
-        let others = self.to.iter().flatten().count();
+        let others = self.others();
         while control.acks.1.try_recv().is_ok() {}
         self.broadcast(MigrateMsg::Begin {
             id,
@@ -146,6 +192,7 @@ pub(crate) fn start(cluster: &Cluster, shared: &Arc<Shared>) -> Vec<smol::Task<(
             if let Err(e) = send_control(mesh, addr, rx).await
                 && !shared.failed.load(Relaxed)
                 && !shared.halted.load(Relaxed)
+                && !shared.gone(node)
             {
                 tracing::warn!("migration control stream to {name}: {e}");
             }
@@ -155,6 +202,12 @@ pub(crate) fn start(cluster: &Cluster, shared: &Arc<Shared>) -> Vec<smol::Task<(
         me: cluster.me,
         names: a.members.iter().map(|m| m.name.clone()).collect(),
         to,
+        workers: (0..a.members.len())
+            .map(|n| a.first[n]..a.first[n] + a.members[n].workers as usize)
+            .collect(),
+        left: (0..a.members.len())
+            .map(|_| AtomicBool::new(false))
+            .collect(),
     });
     tasks
 }
@@ -192,7 +245,10 @@ pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
             }
             Ok(None) => return,
             Err(e) => {
-                if !shared.failed.load(Relaxed) && !shared.halted.load(Relaxed) {
+                if !shared.failed.load(Relaxed)
+                    && !shared.halted.load(Relaxed)
+                    && !shared.left.load(SeqCst)
+                {
                     tracing::warn!("migration control stream from {peer}: {e}");
                 }
                 return;
@@ -202,6 +258,88 @@ pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
 }
 
 impl Shared {
+    /// Whether this run is distributed over members with live migration
+    /// between them (SIGTERM drains this member then).
+    pub(crate) fn can_drain(&self) -> bool {
+        self.migration
+            .as_ref()
+            .is_some_and(|c| c.mesh.get().is_some())
+    }
+
+    /// Whether member `node` left the run, or this member did: a stream
+    /// between them closing is not a failure then.
+    pub(crate) fn gone(&self, node: usize) -> bool {
+        self.left.load(SeqCst)
+            || self
+                .migration
+                .as_ref()
+                .and_then(|c| c.mesh.get())
+                .is_some_and(|l| l.has_left(node))
+    }
+
+    /// SIGTERM on a member of a distributed run: its sources have been
+    /// asked to end; its bins move to the other members (the
+    /// [`fallback`](crate::migrate::fallback) of its workers, by
+    /// `strategy`), then it tells the others it leaves and, once they
+    /// answered, its workers end and send `End` on every stream. Gives up
+    /// at `deadline`.
+    pub(crate) fn drain(
+        &self,
+        strategy: crate::migrate::Strategy,
+        deadline: Instant,
+    ) -> Result<crate::migrate::Report, String> {
+        let control = self
+            .migration
+            .as_ref()
+            .ok_or("this run has no migration control")?;
+        let link = control.mesh.get().ok_or("this is not a distributed run")?;
+        let report = loop {
+            let mut gone = link.gone_workers(self.global_workers);
+            gone.iter_mut()
+                .skip(self.first_worker)
+                .take(self.workers)
+                .for_each(|g| *g = true);
+            if gone.iter().all(|&g| g) {
+                return Err("no other member is left to take its bins".into());
+            }
+            let current = lock(&control.coordinator).assignment().clone();
+            let target = crate::migrate::fallback(&current, &gone).owners;
+            match self.rebalance(Some(target), strategy) {
+                Ok(r) => break r,
+                // Another member's migration: this one goes after it.
+                Err(RebalanceError::Busy(m)) if Instant::now() < deadline => {
+                    tracing::debug!("drain waits: {m}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        while control.acks.1.try_recv().is_ok() {}
+        let mut waiting: Vec<usize> = (0..link.to.len())
+            .filter(|&n| link.to[n].is_some() && !link.has_left(n))
+            .collect();
+        link.broadcast(MigrateMsg::Leave {
+            node: link.me as u16,
+        });
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match control.acks.1.recv_timeout(left) {
+                Ok(MigrateMsg::Left { node }) => waiting.retain(|&n| n != node as usize),
+                Ok(_) => {}
+                Err(_) => {
+                    let names: Vec<&str> = waiting.iter().map(|&n| link.name(n)).collect();
+                    return Err(format!(
+                        "{} did not answer its leave in time",
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+        self.left.store(true, SeqCst);
+        self.wake_workers();
+        Ok(report)
+    }
+
     /// A control message from another member.
     fn on_migrate_msg(&self, msg: MigrateMsg) {
         let Some(control) = &self.migration else {
@@ -225,8 +363,26 @@ impl Shared {
                 };
                 link.send(node as usize, answer);
             }
-            MigrateMsg::Accept { .. } | MigrateMsg::Refuse { .. } => {
+            MigrateMsg::Accept { .. } | MigrateMsg::Refuse { .. } | MigrateMsg::Left { .. } => {
                 let _ = control.acks.0.send(msg);
+            }
+            MigrateMsg::Leave { node } => {
+                let node = node as usize;
+                if let Some(l) = link.left.get(node) {
+                    l.store(true, SeqCst);
+                    tracing::info!(
+                        member = link.name(node),
+                        "{} drained and left the run; the others go on without it",
+                        link.name(node)
+                    );
+                }
+                // Answer on the stream, then forget it.
+                link.send(
+                    node,
+                    MigrateMsg::Left {
+                        node: link.me as u16,
+                    },
+                );
             }
             MigrateMsg::Abort { id } => {
                 let mut holder = lock(&control.holder);
@@ -309,6 +465,11 @@ impl Shared {
         if self.finishing.load(SeqCst) > 0 {
             control.migrating.store(false, SeqCst);
             return Err("its input has ended".into());
+        }
+        // A member that drains leaves once its own migration is done.
+        if self.stop.load(Relaxed) {
+            control.migrating.store(false, SeqCst);
+            return Err("it is stopping".into());
         }
         let here = lock(&control.coordinator).assignment().clone();
         if here.epoch != epoch {

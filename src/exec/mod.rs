@@ -75,6 +75,17 @@ pub(crate) struct Shared {
     /// Workers about to return (every instance ended); a migration does
     /// not start while one is, and none returns while one runs.
     pub(crate) finishing: std::sync::atomic::AtomicUsize,
+    /// This member drained (SIGTERM) and left the run: its workers end
+    /// every instance and return without waiting for the other members'
+    /// `End`, and its streams closing is no failure.
+    pub(crate) left: AtomicBool,
+    /// Some worker of this member sent `End` on an exchange: its input
+    /// ended by itself, and a bin can no longer leave on that stream, so
+    /// SIGTERM cannot drain it.
+    pub(crate) ended_exchange: AtomicBool,
+    /// SIGTERM drains this member: `End` on exchanges waits until it
+    /// leaves.
+    pub(crate) draining: AtomicBool,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)

@@ -120,6 +120,10 @@ impl RemoteExchange {
                             && !shared.failed.load(Relaxed)
                             && !shared.halted.load(Relaxed)
                         {
+                            if shared.gone(node) {
+                                tracing::debug!("exchange {edge} to {name} (left the run): {e}");
+                                return;
+                            }
                             shared.fail(format!(
                                 "exchange {edge} to {name}: {e}; a distributed run needs every member until it ends"
                             ));
@@ -391,10 +395,12 @@ impl Dispatch {
                 wake,
             };
             let shared = self.shared.clone();
+            let from = a.node_of_worker(sender);
             smol::spawn(async move {
                 if let Err(e) = reader.run().await
                     && !shared.failed.load(Relaxed)
                     && !shared.halted.load(Relaxed)
+                    && !shared.gone(from)
                 {
                     shared.fail(format!(
                         "exchange {edge} from {peer}: {e}; a distributed run needs every member until it ends"

@@ -117,6 +117,9 @@ pub(crate) fn start_with(
         migration,
         probe: OnceLock::new(),
         finishing: std::sync::atomic::AtomicUsize::new(0),
+        left: AtomicBool::new(false),
+        ended_exchange: AtomicBool::new(false),
+        draining: AtomicBool::new(false),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.

@@ -153,6 +153,19 @@ impl Worker {
             if self.shared.failed.load(Relaxed) || self.shared.halted.load(Relaxed) {
                 return;
             }
+            if self.shared.left.load(Relaxed) {
+                // This member drained: it owns no bin and the others know
+                // it leaves, so nothing more is due here. The `End`s held
+                // back go out, and every instance ends now, in plan order,
+                // without waiting for the others' `End`.
+                for (node, edge) in std::mem::take(&mut self.mig.held_ends) {
+                    self.end_edge(node, edge);
+                }
+                for node in 0..self.nodes.len() {
+                    self.end_node(node);
+                }
+                return;
+            }
             let mut progressed = self.poll_migration();
             progressed |= self.drain_inboxes(0);
             let mut wake_at: Option<Instant> = None;
@@ -503,6 +516,7 @@ impl Worker {
         if std::mem::replace(&mut self.nodes[node].ports[port].ended[sender], true) {
             return;
         }
+        self.migration_sender_ended(node, port, sender);
         // An ended input no longer holds the watermark back, nor a barrier.
         self.input_watermark(node, port, sender, WATERMARK_END);
         self.try_pass_barrier(node);
@@ -539,9 +553,21 @@ impl Worker {
         }
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_end(to, port, 0),
-            Route::Exchange { edge } => w.broadcast(node, edge, Body::End, |me, to, port| {
-                me.input_end(to, port, me.global)
-            }),
+            // A member that drains holds its `End` back: its bins' state
+            // still has to go out on these streams, and nothing may follow
+            // an `End`. It goes out when the member leaves.
+            Route::Exchange { edge } if w.shared.draining.load(Relaxed) => {
+                w.mig.held_ends.push((node, edge));
+            }
+            Route::Exchange { edge } => w.end_edge(node, edge),
+        });
+    }
+
+    /// Sends `End` on exchange `edge` from `node` (to this worker too).
+    pub(super) fn end_edge(&mut self, node: usize, edge: usize) {
+        self.shared.ended_exchange.store(true, Relaxed);
+        self.broadcast(node, edge, Body::End, |me, to, port| {
+            me.input_end(to, port, me.global)
         });
     }
 

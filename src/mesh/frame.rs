@@ -155,6 +155,15 @@ pub enum MigrateMsg {
         id: u64,
         epoch: u64,
     },
+    /// Member `node` drained (owns no bin, sent `End` on all its streams)
+    /// and is leaving the run: not a failure.
+    Leave {
+        node: u16,
+    },
+    /// The answer to `Leave`, from member `node`.
+    Left {
+        node: u16,
+    },
 }
 
 /// Everything that travels on mesh streams. Append new variants at the end:
@@ -515,6 +524,8 @@ mod tests {
                 id: rng.random(),
                 epoch: rng.random(),
             }),
+            Frame::Migrate(MigrateMsg::Leave { node: rng.random() }),
+            Frame::Migrate(MigrateMsg::Left { node: rng.random() }),
         ]
     }
 

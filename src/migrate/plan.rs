@@ -195,10 +195,9 @@ fn augment(s: u32, adj: &[Vec<u32>], matched_to: &mut [Option<u32>], seen: &mut 
 /// The assignment after workers with `dead[w]` are gone for good: their
 /// bins, in ascending order, each go to the survivor holding the fewest
 /// bins at that point (lowest index on a tie). Deterministic, so every
-/// survivor computes the same one; the epoch grows by one.
-// Used by the simulator; the engine does not yet recover from a crash in
-// the middle of a move.
-#[cfg_attr(not(test), allow(dead_code))]
+/// survivor computes the same one; the epoch grows by one. The engine
+/// uses it for a member that drains (SIGTERM) and the simulator for
+/// crashed workers.
 pub(crate) fn fallback(current: &Assignment, dead: &[bool]) -> Assignment {
     let workers = dead.len();
     assert!(dead.iter().any(|d| !d), "no surviving worker");

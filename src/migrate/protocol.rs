@@ -132,6 +132,10 @@ struct Slot {
     incoming: u32,
     /// `markers[port index][sender]`: the marker of the step arrived.
     markers: Vec<Vec<bool>>,
+    /// `ended[port index][sender]`: that sender sent `End` on the port.
+    /// Nothing more comes from it, so it stands for its marker of every
+    /// later step (a sender whose input ended sends no markers).
+    ended: Vec<Vec<bool>>,
     missing: usize,
 }
 
@@ -204,6 +208,7 @@ impl Migrator {
                     holding: vec![0; bins.div_ceil(64)],
                     incoming: 0,
                     markers: vec![vec![false; workers as usize]; n.ports.len()],
+                    ended: vec![vec![false; workers as usize]; n.ports.len()],
                     missing: 0,
                 }
             })
@@ -344,6 +349,16 @@ impl Migrator {
                 port.iter_mut().for_each(|m| *m = false);
             }
             slot.missing = slot.ports.len() * self.live.iter().filter(|&&l| l).count();
+            // Senders that already ended count as marked (never this
+            // worker: its own marker counts at `Switch`).
+            for (p, ended) in slot.ended.iter().enumerate() {
+                for (w, &e) in ended.iter().enumerate() {
+                    if e && w != self.me as usize && self.live[w] {
+                        slot.markers[p][w] = true;
+                        slot.missing -= 1;
+                    }
+                }
+            }
             if slot.incoming > 0 {
                 out.push(Output::HoldWatermark { node: slot.node });
             }
@@ -389,6 +404,35 @@ impl Migrator {
             }
         }
         self.maybe_done(out);
+    }
+
+    /// Global worker `sender` sent `End` on keyed input `(node, port)`:
+    /// it stands for its marker of the step in flight and of every later
+    /// one. Not an [`Input`]: it is not part of a step.
+    pub(crate) fn sender_ended(
+        &mut self,
+        node: usize,
+        port: usize,
+        sender: u32,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(&s) = self.slot_of.get(node).filter(|&&s| s != u32::MAX) else {
+            return;
+        };
+        let Some(p) = self.slots[s as usize].ports.iter().position(|&q| q == port) else {
+            return;
+        };
+        let slot = &mut self.slots[s as usize];
+        if std::mem::replace(&mut slot.ended[p][sender as usize], true)
+            || sender == self.me
+            || !self.live.get(sender as usize).copied().unwrap_or(false)
+        {
+            return;
+        }
+        if self.step.is_some() && !slot.markers[p][sender as usize] {
+            self.count_marker(s as usize, p, sender, out);
+            self.maybe_done(out);
+        }
     }
 
     fn marker(&mut self, node: usize, port: usize, sender: u32, epoch: u64, out: &mut Vec<Output>) {
@@ -674,10 +718,8 @@ impl Coordinator {
     }
 
     /// [`reset`](Coordinator::reset) after workers are gone for good:
-    /// from now on only the workers with `live[w]` are asked and awaited.
-    // Used by the simulator (crash recovery, checkpoint gating); the
-    // engine does not yet recover from a crash in the middle of a move.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// from now on only the workers with `live[w]` are asked and awaited
+    /// (the engine: after a member drained and left).
     pub(crate) fn reset_live(&mut self, assignment: Assignment, live: &[bool]) {
         debug_assert!(assignment.owners.iter().all(|&w| live[w as usize]));
         self.live = live.to_vec();
@@ -685,9 +727,6 @@ impl Coordinator {
     }
 
     /// The workers that take part.
-    // Used by the simulator (crash recovery, checkpoint gating); the
-    // engine does not yet recover from a crash in the middle of a move.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn live(&self) -> &[bool] {
         &self.live
     }
@@ -1007,6 +1046,47 @@ mod tests {
 
     /// Fluid steps wait `gap` after each other, and none is prepared while
     /// a checkpoint is in flight.
+    /// A sender that sent `End` (its input ended) before or during a step
+    /// stands for its marker: the old owner exports without waiting for
+    /// a marker that will never come.
+    #[test]
+    fn an_ended_sender_stands_for_its_marker() {
+        let nodes = [KeyedNode {
+            node: 3,
+            ports: vec![0],
+        }];
+        let step = Step {
+            epoch: 2,
+            moves: vec![Move {
+                bin: 1,
+                from: 0,
+                to: 1,
+            }],
+        };
+        let export = Output::Export {
+            node: 3,
+            bin: 1,
+            to: 1,
+            epoch: 2,
+        };
+        // Worker 2 ended before the step, worker 1 during it.
+        let mut w = Migrator::new(0, 3, &Assignment::new(1, vec![0, 0, 1, 2]), &nodes);
+        let mut o = Vec::new();
+        w.sender_ended(3, 0, 2, &mut o);
+        w.handle(Input::Prepare(step.clone()), &mut o);
+        w.handle(Input::Switch { epoch: 2 }, &mut o);
+        assert!(!o.contains(&export), "worker 1's marker is missing: {o:?}");
+        o.clear();
+        w.sender_ended(3, 0, 1, &mut o);
+        assert_eq!(o[0], export, "{o:?}");
+        assert!(w.idle());
+        // An end from this worker itself, or twice, changes nothing.
+        o.clear();
+        w.sender_ended(3, 0, 0, &mut o);
+        w.sender_ended(3, 0, 1, &mut o);
+        assert!(o.is_empty());
+    }
+
     #[test]
     fn coordinator_honours_gap_and_checkpoints() {
         let t = Duration::from_millis;
