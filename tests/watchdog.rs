@@ -67,23 +67,22 @@ fn a_worker_stuck_in_an_operator_stops_the_pings_and_is_named() {
     let s = Scratch::new();
     let socket_path = s.path("notify.sock");
     let socket = notify_socket(&socket_path);
-    // 100 ms of busy time per record at 1000 records/s: after its first
-    // record the map's next batch holds the worker for seconds.
+    // 10 s of busy time per record: the map's first batch holds the
+    // worker far longer than the 2 s this test watches (with less, a
+    // small batch can end inside that window and the worker beats, and
+    // pings, once between batches).
     // WATCHDOG_USEC = 400 ms: a ping every 200 ms while healthy.
-    let (mut run, log) = start(
-        &s,
-        &pipeline(&s, 1000, Some("100ms")),
-        &socket_path,
-        400_000,
-    );
+    let (mut run, log) = start(&s, &pipeline(&s, 1000, Some("10s")), &socket_path, 400_000);
     let mut got = Vec::new();
     let ready = receive_until(&socket, Duration::from_secs(20), &mut got, |g| {
         has_line(g, "READY=1")
     });
     assert!(ready, "no READY=1; got {got:?}");
-    // The watchdog was on (it pings once at start, before any beat could
-    // be late): what follows is a change, not a watchdog that never ran.
-    assert!(pings(&got) >= 1, "no first WATCHDOG=1: {got:?}");
+    // The watchdog was on (it pings once as it starts, before any beat
+    // could be late; that may come just after READY): what follows is a
+    // change, not a watchdog that never ran.
+    let pinged = receive_until(&socket, Duration::from_secs(5), &mut got, |g| pings(g) >= 1);
+    assert!(pinged, "no first WATCHDOG=1: {got:?}");
 
     let stuck = receive_until(&socket, Duration::from_secs(20), &mut got, |g| {
         g.iter().any(|m| m.starts_with("STATUS=stuck: "))

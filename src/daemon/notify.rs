@@ -111,7 +111,7 @@ impl Notifier {
                         was_stuck = true;
                         let who = stuck.join(", ");
                         tracing::error!(
-                            "watchdog: no progress for over {} ms in {who}; not pinging systemd,                              which restarts eddy after WatchdogSec (it resumes from its last checkpoint)",
+                            "watchdog: no progress for over {} ms in {who}; not pinging systemd, which restarts eddy after WatchdogSec (it resumes from its last checkpoint)",
                             every.as_millis()
                         );
                         me.send(&format!("STATUS=stuck: {who}"));
