@@ -4,8 +4,6 @@
 //! request coordinates (see `exec::migration_mesh`); a request while a
 //! migration runs anywhere in the cluster is answered 409.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,51 +133,14 @@ fn post(api: &str, strategy: Option<&str>) -> Result<Outcome, String> {
         Some(s) => serde_json::json!({ "strategy": s }).to_string(),
         None => String::new(),
     };
-    let mut stream = None;
-    let mut last = String::new();
-    for a in &addrs {
-        match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
-            Ok(s) => {
-                stream = Some((s, *a));
-                break;
-            }
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    let Some((mut s, addr)) = stream else {
-        return Err(format!(
-            "no eddy node answers at {api} ({last}); is `eddy run` running with its local API? Use --api ADDR"
-        ));
-    };
-    let io = |e: std::io::Error| format!("{addr}: {e}");
-    s.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))
-        .map_err(io)?;
-    write!(
-        s,
-        "POST /rebalance HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: eddy-rebalance\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(io)?;
-    let mut raw = Vec::new();
-    s.take(1 << 20).read_to_end(&mut raw).map_err(io)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
-    let code = String::from_utf8_lossy(&raw[..split])
-        .lines()
-        .next()
-        .and_then(|l| l.get(9..12))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
-    let answer = &raw[split + 4..];
+    let (code, answer) =
+        super::status::request(&addrs, api, "POST", "/rebalance", &body, ANSWER_TIMEOUT)?;
     if code != 200 {
         return Err(format!(
-            "{addr} answered {code}: {}",
-            String::from_utf8_lossy(answer).trim()
+            "{api} answered {code}: {}",
+            String::from_utf8_lossy(&answer).trim()
         ));
     }
-    serde_json::from_slice(answer)
-        .map_err(|e| format!("{addr}: an answer that is not a report ({e})"))
+    serde_json::from_slice(&answer)
+        .map_err(|e| format!("{api}: an answer that is not a report ({e})"))
 }

@@ -1,10 +1,11 @@
 //! The local API's `/health` and `/status`, and the status document that
 //! `eddy peers` reads back. One definition of the JSON for both sides.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -179,6 +180,58 @@ pub(crate) fn parse_api_target(s: &str) -> Result<Vec<SocketAddr>, String> {
                 Ok(a)
             }
         })
+}
+
+/// One HTTP/1.1 request to a node's local API (the first of `addrs`
+/// that accepts), for the CLI commands that talk to a running eddy; the
+/// status code and body.
+pub(crate) fn request(
+    addrs: &[SocketAddr],
+    api: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    answer_timeout: Duration,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut stream = None;
+    let mut last = String::new();
+    for a in addrs {
+        match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+            Ok(s) => {
+                stream = Some((s, *a));
+                break;
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    let Some((mut s, addr)) = stream else {
+        return Err(format!(
+            "no eddy node answers at {api} ({last}); is `eddy run` running with its local API? Use --api ADDR"
+        ));
+    };
+    let io = |e: std::io::Error| format!("{addr}: {e}");
+    s.set_read_timeout(Some(answer_timeout)).map_err(io)?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(io)?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: eddy\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(io)?;
+    let mut raw = Vec::new();
+    s.take(64 << 20).read_to_end(&mut raw).map_err(io)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
+    let code = String::from_utf8_lossy(&raw[..split])
+        .lines()
+        .next()
+        .and_then(|l| l.get(9..12))
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
+    Ok((code, raw[split + 4..].to_vec()))
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! `GET /trace` and `POST /trace` on the local API, and `eddy trace`: the
 //! live view of critical participation per window.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::http::{Response, Router};
-use super::status::parse_api_target;
+use super::status::{parse_api_target, request};
 use crate::trace::{self, Row, WindowReport};
 
 /// What `GET /trace` answers.
@@ -164,8 +164,11 @@ fn run(args: &TraceArgs) -> Result<(), String> {
     }
 }
 
+/// How long the CLI waits for the node to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn fetch(addrs: &[SocketAddr], api: &str) -> Result<TraceState, String> {
-    let (code, body) = request(addrs, api, "GET", "/trace", "")?;
+    let (code, body) = request(addrs, api, "GET", "/trace", "", ANSWER_TIMEOUT)?;
     if code != 200 {
         return Err(format!(
             "{api} answered {code} to GET /trace: {}; is it an eddy with tracing (0.x with `eddy trace`)?",
@@ -177,7 +180,7 @@ fn fetch(addrs: &[SocketAddr], api: &str) -> Result<TraceState, String> {
 }
 
 fn post(addrs: &[SocketAddr], api: &str, body: &str) -> Result<(), String> {
-    let (code, answer) = request(addrs, api, "POST", "/trace", body)?;
+    let (code, answer) = request(addrs, api, "POST", "/trace", body, ANSWER_TIMEOUT)?;
     if code != 200 {
         return Err(format!(
             "{api} answered {code} to POST /trace: {}",
@@ -185,56 +188,6 @@ fn post(addrs: &[SocketAddr], api: &str, body: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// One HTTP/1.1 request with timeouts; the status code and body.
-fn request(
-    addrs: &[SocketAddr],
-    api: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> Result<(u16, Vec<u8>), String> {
-    let mut stream = None;
-    let mut last = String::new();
-    for a in addrs {
-        match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
-            Ok(s) => {
-                stream = Some((s, *a));
-                break;
-            }
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    let Some((mut s, addr)) = stream else {
-        return Err(format!(
-            "no eddy node answers at {api} ({last}); is `eddy run` running with its local API? Use --api ADDR"
-        ));
-    };
-    let io = |e: std::io::Error| format!("{addr}: {e}");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(io)?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))
-        .map_err(io)?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: eddy-trace\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .map_err(io)?;
-    let mut raw = Vec::new();
-    s.take(64 << 20).read_to_end(&mut raw).map_err(io)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
-    let code = String::from_utf8_lossy(&raw[..split])
-        .lines()
-        .next()
-        .and_then(|l| l.get(9..12))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
-    Ok((code, raw[split + 4..].to_vec()))
 }
 
 /// One window as a person reads it: the top rows of each ranking, CP
