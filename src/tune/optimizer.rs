@@ -135,17 +135,8 @@ impl Optimizer {
             .map(|(_, &s)| s)
             .fold(f64::INFINITY, f64::min);
         let xs: Vec<Vec<f64>> = self.observations.iter().map(|o| o.x.clone()).collect();
-        let objective = fit(&xs, &scalar);
-        let constraints: Vec<Gp> = (0..self.constraints)
-            .map(|c| {
-                let ys: Vec<f64> = self
-                    .observations
-                    .iter()
-                    .map(|o| log_ratio(o.constraints[c]))
-                    .collect();
-                fit(&xs, &ys)
-            })
-            .collect();
+        let objective = Gp::fit(&xs, &scalar);
+        let constraints = self.constraint_models(&xs);
         let mut scored = Vec::new();
         for x in self.candidates(settings, rate, &scalar) {
             // A run repeated at the same point teaches the models nothing.
@@ -159,11 +150,11 @@ impl Optimizer {
             let feasibility: f64 = constraints
                 .iter()
                 .map(|gp| {
-                    let (m, sd) = mean_sd(gp, &x);
+                    let (m, sd) = gp.predict(&x);
                     normal_cdf(-m / sd)
                 })
                 .product();
-            let (mean, sd) = mean_sd(&objective, &x);
+            let (mean, sd) = objective.predict(&x);
             scored.push((x, mean, sd, feasibility));
         }
         // The incumbent to improve on. With a rate, it is the best the
@@ -229,26 +220,17 @@ impl Optimizer {
         let models: Vec<Gp> = (0..2)
             .map(|k| {
                 let ys: Vec<f64> = self.observations.iter().map(|o| o.objectives[k]).collect();
-                fit(&xs, &ys)
+                Gp::fit(&xs, &ys)
             })
             .collect();
-        let constraints: Vec<Gp> = (0..self.constraints)
-            .map(|c| {
-                let ys: Vec<f64> = self
-                    .observations
-                    .iter()
-                    .map(|o| log_ratio(o.constraints[c]))
-                    .collect();
-                fit(&xs, &ys)
-            })
-            .collect();
+        let constraints = self.constraint_models(&xs);
         let scalar = self.scalarised([0.5, 0.5]);
         let mut best: Option<Choice> = None;
         for x in self.candidates(settings, rate, &scalar) {
             let expected: Vec<f64> = constraints
                 .iter()
                 .map(|gp| {
-                    let (m, sd) = mean_sd(gp, &x);
+                    let (m, sd) = gp.predict(&x);
                     (m + margin * sd).exp()
                 })
                 .collect();
@@ -269,6 +251,20 @@ impl Optimizer {
             }
         }
         best
+    }
+
+    /// A model per constraint, of the log of its ratio to the limit.
+    fn constraint_models(&self, xs: &[Vec<f64>]) -> Vec<Gp> {
+        (0..self.constraints)
+            .map(|c| {
+                let ys: Vec<f64> = self
+                    .observations
+                    .iter()
+                    .map(|o| log_ratio(o.constraints[c]))
+                    .collect();
+                Gp::fit(xs, &ys)
+            })
+            .collect()
     }
 
     fn draw_weights(&mut self) -> [f64; 2] {
@@ -370,14 +366,6 @@ pub(crate) struct Choice {
 /// around 1.
 fn log_ratio(ratio: f64) -> f64 {
     ratio.max(1e-9).ln()
-}
-
-fn fit(xs: &[Vec<f64>], ys: &[f64]) -> Gp {
-    Gp::fit(xs, ys)
-}
-
-fn mean_sd(model: &Gp, x: &[f64]) -> (f64, f64) {
-    model.predict(x)
 }
 
 /// Expected improvement below `best` of a normal(mean, sd) (minimising).
