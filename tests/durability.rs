@@ -191,13 +191,14 @@ fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
     s.write("in.jsonl", &text);
     let roomy = run_ok(&small_cache(&s, "roomy", "256MiB"));
     assert!(!String::from_utf8_lossy(&roomy.stderr).contains("does not fit"));
-    let out = eddy()
-        .arg("run")
-        .arg("--stats")
-        .arg(small_cache(&s, "cramped", "64KiB"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = output_within(
+        eddy()
+            .arg("run")
+            .arg("--stats")
+            .arg(small_cache(&s, "cramped", "64KiB"))
+            .stdin(Stdio::null()),
+        RUN_LIMIT,
+    );
     let stats = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stats}");
     // The state really did leave memory and come back.

@@ -10,9 +10,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, UdpSocket};
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -24,85 +21,9 @@ const WORKERS: usize = 2;
 const BINS: usize = 64;
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-fn free_udp(ip: [u8; 4]) -> SocketAddr {
-    UdpSocket::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
-}
-
-fn run_eddy(args: &[&str]) {
-    let out = eddy().args(args).output().expect("run eddy");
-    assert!(
-        out.status.success(),
-        "eddy {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn make_certs(dir: &Path, names: &[String]) {
-    let ca = dir.join("ca");
-    run_eddy(&["cluster", "init", ca.to_str().unwrap(), "--cluster", "blue"]);
-    for n in names {
-        run_eddy(&[
-            "cluster",
-            "issue",
-            "--ca",
-            ca.to_str().unwrap(),
-            "--out",
-            dir.join("certs").to_str().unwrap(),
-            n,
-        ]);
-    }
-}
-
-/// The pipeline after `head` (`[node]`, `[mesh]`, `[api]`, ...).
-fn pipeline(head: &str, events: u64, rate: Option<u64>, out: &Path) -> String {
-    let rate = rate.map_or(String::new(), |r| format!("rate = {r}"));
-    format!(
-        r#"{head}
-[sources.events]
-type = "generator"
-schema = "wcount"
-count = {events}
-keys = 2000
-{rate}
-
-[transforms.counts]
-type = "window"
-inputs = ["events"]
-key = ["key"]
-window = {{ kind = "tumbling", size = "100ms" }}
-aggregates = {{ count = "count(*)", sum = "sum(value)" }}
-
-[sinks.rows]
-type = "file"
-inputs = ["counts"]
-path = "{out}"
-"#,
-        out = out.display()
-    )
-}
-
 /// `POST path` with a JSON body to 127.0.0.1:`port`: status and body.
-fn post(port: u16, path: &str, body: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the API");
-    s.set_read_timeout(Some(Duration::from_secs(200)))
-        .expect("timeout");
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP answer");
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (code, body.to_string())
+fn post_json(port: u16, path: &str, body: &str) -> (u16, String) {
+    http_with(port, "POST", path, body).expect("an answer from the API")
 }
 
 /// The even assignment of the run (global worker per bin).
@@ -139,84 +60,16 @@ impl Cluster {
     /// differ between members; the keyed exchanges may not).
     fn start_with(events: u64, rates: [u64; NODES], migration: &str) -> Cluster {
         let s = Scratch::new();
-        let names: Vec<String> = (0..NODES).map(|i| format!("node-{i}")).collect();
-        make_certs(&s.path(""), &names);
-        let addrs: Vec<SocketAddr> = (0..NODES)
-            .map(|i| free_udp([127, 0, 0, 2 + i as u8]))
-            .collect();
-        let seeds: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
-        let api: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
-        let mut nodes = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            let head = format!(
-                r#"[node]
-name = "{name}"
-workers = {WORKERS}
-bins = {BINS}
-data_dir = "{data}"
-
-[mesh]
-ca_cert = "{dir}/ca/ca.crt"
-cert = "{dir}/certs/{name}.crt"
-key = "{dir}/certs/{name}.key"
-listen = "{listen}"
-seeds = [{seeds}]
-probe_period = "300ms"
-suspect_timeout = "1s"
-expect_members = {NODES}
-expect_timeout = "30s"
-
-[api]
-address = "127.0.0.1:{port}"
-
-{migration}
-"#,
-                data = s.path(&format!("{name}-data")).display(),
-                dir = s.path("").display(),
-                listen = addrs[i],
-                seeds = seeds.join(", "),
-                port = api[i],
-            );
-            let out = s.path(&format!("rows-{name}.jsonl"));
-            let config = s.write(
-                &format!("{name}.toml"),
-                &pipeline(&head, events, Some(rates[i]), &out),
-            );
-            let log = std::fs::File::create(s.path(&format!("{name}.log"))).expect("log file");
-            let child = eddy()
-                .env("RUST_LOG", "info")
-                .arg("run")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawn eddy");
-            nodes.push(Running(Some(child)));
-        }
-        let c = Cluster {
+        let m = Members::start(&s, NODES, WORKERS, BINS, |i| {
+            let out = s.path(&format!("rows-node-{i}.jsonl"));
+            keyed_count_pipeline(migration, events, Some(rates[i]), &out)
+        });
+        Cluster {
             s,
-            names,
-            nodes,
-            api,
-        };
-        // Every member's run has started once its log says so.
-        let started = Instant::now();
-        for n in &c.names {
-            while !c
-                .s
-                .read(&format!("{n}.log"))
-                .contains("bin assignment epoch")
-            {
-                assert!(
-                    started.elapsed() < Duration::from_secs(60),
-                    "{n} did not start\n{}",
-                    c.logs()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            names: m.names,
+            nodes: m.nodes,
+            api: m.api,
         }
-        c
     }
 
     fn logs(&self) -> String {
@@ -292,7 +145,10 @@ fn reference(events: u64) -> Vec<String> {
         s.path("data").display()
     );
     let out = s.path("rows.jsonl");
-    let config = s.write("single.toml", &pipeline(&head, events, None, &out));
+    let config = s.write(
+        "single.toml",
+        &keyed_count_pipeline(&head, events, None, &out),
+    );
     run_ok(&config);
     multiset(&json_lines(&s.read("rows.jsonl")))
 }
@@ -318,7 +174,7 @@ fn bins_move_between_processes_while_they_run() {
     let target = half_of_node0_away();
     let moved = target.iter().zip(even()).filter(|(a, b)| **a != *b).count();
     let body = serde_json::json!({ "strategy": "batched", "assignment": target }).to_string();
-    let (code, answer) = post(c.api[0], "/rebalance", &body);
+    let (code, answer) = post_json(c.api[0], "/rebalance", &body);
     assert_eq!(code, 200, "POST /rebalance: {answer}\n{}", c.logs());
     let report: Value = serde_json::from_str(&answer).expect("JSON report");
     assert_eq!(report["bins"], moved, "{answer}");
@@ -358,10 +214,12 @@ fn bins_move_between_processes_while_they_run() {
 
 /// While a migration runs (fluid, 300 ms between steps), a second request
 /// on another member, and on the coordinator itself, is refused with 409;
-/// the first completes and the output is still exact.
+/// the first completes and the output is still exact. The input (6 s)
+/// outlasts the migration (about 4 s): a step after the input ended can
+/// hang (see README, Known limits), which is not what this test is about.
 #[test]
 fn a_concurrent_rebalance_is_refused_with_409() {
-    const EVENTS: u64 = 120_000;
+    const EVENTS: u64 = 450_000;
     let want = reference(EVENTS);
     let c = Cluster::start(
         EVENTS,
@@ -372,12 +230,12 @@ fn a_concurrent_rebalance_is_refused_with_409() {
     let body =
         serde_json::json!({ "strategy": "fluid", "assignment": half_of_node0_away() }).to_string();
     let port = c.api[0];
-    let first = std::thread::spawn(move || post(port, "/rebalance", &body));
+    let first = std::thread::spawn(move || post_json(port, "/rebalance", &body));
     std::thread::sleep(Duration::from_millis(700));
-    let (code, answer) = post(c.api[2], "/rebalance", "");
+    let (code, answer) = post_json(c.api[2], "/rebalance", "");
     assert_eq!(code, 409, "{answer}\n{}", c.logs());
     assert!(answer.contains("already running"), "{answer}");
-    let (code, answer) = post(c.api[0], "/rebalance", "");
+    let (code, answer) = post_json(c.api[0], "/rebalance", "");
     assert_eq!(code, 409, "{answer}");
     let (code, answer) = first.join().expect("first request");
     assert_eq!(code, 200, "{answer}\n{}", c.logs());
@@ -404,7 +262,10 @@ fn rebalance_in_one_process() {
         s.path("data").display()
     );
     let out = s.path("rows.jsonl");
-    let config = s.write("one.toml", &pipeline(&head, EVENTS, Some(40_000), &out));
+    let config = s.write(
+        "one.toml",
+        &keyed_count_pipeline(&head, EVENTS, Some(40_000), &out),
+    );
     let log = std::fs::File::create(s.path("one.log")).expect("log file");
     let mut node = Running(Some(
         eddy()
@@ -418,13 +279,10 @@ fn rebalance_in_one_process() {
             .expect("spawn eddy"),
     ));
     let started = Instant::now();
-    while http(port, "GET", "/health").is_none() {
-        assert!(started.elapsed() < Duration::from_secs(30), "no API");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_api(port);
     std::thread::sleep(Duration::from_millis(800));
     let body = serde_json::json!({ "assignment": vec![0; BINS] }).to_string();
-    let (code, answer) = post(port, "/rebalance", &body);
+    let (code, answer) = post_json(port, "/rebalance", &body);
     assert_eq!(code, 200, "{answer}\n{}", s.read("one.log"));
     let report: Value = serde_json::from_str(&answer).expect("JSON report");
     assert_eq!(report["bins"], BINS / 2, "{answer}");
@@ -513,26 +371,7 @@ fn sigterm_drains_a_member_and_the_others_finish() {
         read < EVENTS && read > EVENTS / 2,
         "{read} records read\n{logs}"
     );
-    // A row is its window and key, then `count` and `sum`.
-    let split = |rows: &[String]| -> std::collections::BTreeMap<String, u64> {
-        let mut m = std::collections::BTreeMap::new();
-        for r in rows {
-            let mut v: Value = serde_json::from_str(r).expect("JSON row");
-            let count = v["count"].as_u64().expect("count");
-            let o = v.as_object_mut().expect("object");
-            o.remove("count");
-            o.remove("sum");
-            let id = v.to_string();
-            assert!(m.insert(id, count).is_none(), "a window fired twice: {r}");
-        }
-        m
-    };
-    let (got, want) = (split(&got), split(&want));
-    assert_eq!(got.values().sum::<u64>(), read, "counted vs read\n{logs}");
-    for (id, n) in &got {
-        let full = want.get(id).copied().unwrap_or(0);
-        assert!(*n <= full, "{id}: {n} > {full} with the whole input");
-    }
+    assert_each_record_counted_once(&got, &want, read, &logs);
 }
 
 /// A drain that cannot complete within `[migration] drain_timeout` (here

@@ -26,11 +26,7 @@ fn start(s: &Scratch, pipeline: &str) -> (Running, u16) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn eddy run");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while http(port, "GET", "/health").is_none() {
-        assert!(Instant::now() < deadline, "the API did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_api(port);
     (Running(Some(child)), port)
 }
 

@@ -1,6 +1,7 @@
 //! The pipeline file: TOML in, a typed [`Config`] out, and every problem
 //! found reported with its file, line, column, component and field.
 
+mod controller;
 mod diag;
 mod mesh;
 mod migration;
@@ -10,6 +11,8 @@ mod net;
 
 mod read;
 mod table;
+mod tune;
+
 mod validate;
 
 pub(crate) use diag::{Context, Diagnostics, Sp};
@@ -17,6 +20,7 @@ pub(crate) use model::*;
 pub(crate) use mqtt::{MqttSinkConfig, MqttSourceConfig};
 pub(crate) use net::{HttpUrl, NetProtocol, NetSinkSettings, NetSourceSettings};
 pub(crate) use table::parse_duration;
+pub(crate) use tune::{Setting, TuneConfig, Unit, fmt as tune_fmt};
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(

@@ -36,6 +36,9 @@ pub(crate) struct NodeConfig {
     /// Batches a channel between workers (or to a sink writer) holds before
     /// the sender waits.
     pub(crate) channel_capacity: usize,
+    /// How long a `stdout` or `file` sink may hold written lines before
+    /// handing them to the OS; 0: as soon as no more lines wait.
+    pub(crate) flush_interval_ms: u64,
     /// `[checkpoint] interval`; `None` when `enabled = false`.
     pub(crate) checkpoint_interval_ms: Option<i64>,
     /// `[state] cache_bytes`: memory for operator state before it spills
@@ -52,6 +55,58 @@ pub(crate) struct NodeConfig {
     pub(crate) migration: MigrationConfig,
     /// `[trace]`: critical-path analysis.
     pub(crate) trace: TraceConfig,
+    /// `[controller]`: the scaling controller's intervals.
+    pub(crate) controller: ControllerSettings,
+    /// `[tune]`: forecasting the rate and choosing settings for it.
+    pub(crate) tune: super::tune::TuneConfig,
+}
+
+/// `[controller]`: when the scaling controller decides and how much
+/// hysteresis it applies; the defaults are `ControllerConfig`'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ControllerSettings {
+    /// `decision_interval`: how often the planner runs. Default 5 s.
+    pub(crate) decision_interval: Duration,
+    /// `warm_up`: decision intervals ignored after a change. Default 1.
+    pub(crate) warm_up: u32,
+    /// `activation`: consecutive agreeing decisions before acting. Default 1.
+    pub(crate) activation: u32,
+    /// `stabilization`: no change sooner than this after the last one.
+    /// Default 20 s.
+    pub(crate) stabilization: Duration,
+    /// `scale_down_after`: no scale-down sooner than this after the last
+    /// change. Default 2 min.
+    pub(crate) scale_down_after: Duration,
+    /// `execute`: whether the announcer executes its decisions by live
+    /// migration (distributed runs). Default true.
+    pub(crate) execute: bool,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> ControllerSettings {
+        let c = crate::control::controller::ControllerConfig::default();
+        ControllerSettings {
+            decision_interval: Duration::from_secs(5),
+            warm_up: c.warm_up,
+            activation: c.activation,
+            stabilization: Duration::from_millis(c.stabilization_ms),
+            scale_down_after: Duration::from_millis(c.scale_down_after_ms),
+            execute: true,
+        }
+    }
+}
+
+impl ControllerSettings {
+    /// The planner's knobs with these intervals.
+    pub(crate) fn planner(&self) -> crate::control::controller::ControllerConfig {
+        crate::control::controller::ControllerConfig {
+            warm_up: self.warm_up,
+            activation: self.activation,
+            stabilization_ms: self.stabilization.as_millis() as u64,
+            scale_down_after_ms: self.scale_down_after.as_millis() as u64,
+            ..Default::default()
+        }
+    }
 }
 
 /// `[migration]`: how keyed state moves when the bin assignment changes.
@@ -229,7 +284,19 @@ pub(crate) struct GeneratorSource {
     pub(crate) rate: Option<u64>,
     /// Events in all; `None` is endless.
     pub(crate) count: Option<u64>,
+    /// `rate_steps`: from each step's `at` (after the source starts) on,
+    /// its rate replaces `rate`; in `at` order.
+    pub(crate) rate_steps: Vec<RateStep>,
     pub(crate) event_time: EventTime,
+}
+
+/// One step of a generator's rate schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RateStep {
+    /// Time since the source started.
+    pub(crate) at: Duration,
+    /// Events per second over all workers from then on.
+    pub(crate) events_per_second: u64,
 }
 
 /// A declared record schema: field names and types in file order.

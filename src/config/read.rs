@@ -84,6 +84,10 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
     if let Some(api) = top.table(&mut d, "api") {
         config.node.api = read_api(&mut d, api.into_component("api"));
     }
+    if let Some(c) = top.table(&mut d, "controller") {
+        config.node.controller =
+            super::controller::read_controller(&mut d, c.into_component("controller"));
+    }
     if let Some(m) = top.table(&mut d, "migration") {
         config.node.migration = read_migration(&mut d, m.into_component("migration"));
     }
@@ -106,6 +110,9 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
             }
         }
         tr.finish(&mut d, "[trace]");
+    }
+    if let Some(t) = top.table(&mut d, "tune") {
+        config.node.tune = super::tune::read_tune(&mut d, t.into_component("tune"));
     }
     for section in [Section::Source, Section::Transform, Section::Sink] {
         let Some(v) = top.raw(section.table()) else {
@@ -187,6 +194,7 @@ fn default_node() -> NodeConfig {
         bins: 256,
         batch_size: 1024,
         channel_capacity: 16,
+        flush_interval_ms: 0,
         checkpoint_interval_ms: Some(10_000),
         cache_bytes: 256 << 20,
         name_given: false,
@@ -194,6 +202,8 @@ fn default_node() -> NodeConfig {
         api: ApiConfig::default(),
         migration: MigrationConfig::default(),
         trace: TraceConfig::default(),
+        controller: ControllerSettings::default(),
+        tune: Default::default(),
     }
 }
 
@@ -232,6 +242,9 @@ fn read_node(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> NodeConfig {
     }
     if let Some(n) = t.integer(d, "channel_capacity", 1, 4096) {
         node.channel_capacity = n.value as usize;
+    }
+    if let Some(ms) = t.duration_ms(d, "flush_interval", true) {
+        node.flush_interval_ms = ms.value as u64;
     }
     t.finish(d, "[node]");
     node
@@ -432,6 +445,7 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
     }
     let rate = t.integer(d, "rate", 1, i64::MAX).map(|r| r.value as u64);
     let count = t.integer(d, "count", 0, i64::MAX).map(|c| c.value as u64);
+    let rate_steps = read_rate_steps(d, t, rate.is_some());
     if let Some(keys) = t.integer(d, "keys", 1, i64::MAX) {
         spec.keys = keys.value as u64;
     }
@@ -447,6 +461,17 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
                 &t.ctx("disorder"),
                 "only the readings schema has `disorder`",
             );
+        }
+    }
+    if let Some(hot) = t.integer(d, "hot_key_percent", 0, 100) {
+        if matches!(kind, GeneratorKind::Nexmark(_)) {
+            d.error(
+                hot.span,
+                &t.ctx("hot_key_percent"),
+                "only the readings and wcount schemas have `hot_key_percent` (NEXMark has its own hot auctions)",
+            );
+        } else {
+            spec.hot_key_percent = hot.value as u8;
         }
     }
     if let (Some(r), GeneratorKind::Readings | GeneratorKind::Nexmark(_)) = (rate, kind) {
@@ -483,8 +508,61 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
         spec,
         rate,
         count,
+        rate_steps,
         event_time,
     })
+}
+
+/// `rate_steps = [{ at = "10s", events_per_second = 3000 }, ...]`: a load
+/// schedule on top of `rate` (only pacing changes: the events, their keys
+/// and event times are the same, so checkpoints and references hold).
+fn read_rate_steps(
+    d: &mut Diagnostics,
+    t: &mut TableReader<'_, '_>,
+    has_rate: bool,
+) -> Vec<RateStep> {
+    let Some(list) = t.table_list(d, "rate_steps") else {
+        return Vec::new();
+    };
+    if !has_rate {
+        d.error(
+            list.span.clone(),
+            &t.ctx("rate_steps"),
+            "needs `rate`: the rate before the first step",
+        );
+    }
+    let mut steps: Vec<RateStep> = Vec::new();
+    for mut s in list.value {
+        let at = s.duration_ms(d, "at", false);
+        let eps = s.integer(d, "events_per_second", 1, i64::MAX);
+        if at.is_none() && !s.has("at") {
+            d.error(s.span(), &s.ctx("at"), "is required, e.g. at = \"10s\"");
+        }
+        if eps.is_none() && !s.has("events_per_second") {
+            d.error(
+                s.span(),
+                &s.ctx("events_per_second"),
+                "is required, e.g. events_per_second = 3000",
+            );
+        }
+        if let (Some(at), Some(eps)) = (&at, &eps) {
+            let at_d = std::time::Duration::from_millis(at.value as u64);
+            if steps.last().is_some_and(|p| p.at >= at_d) {
+                d.error(
+                    at.span.clone(),
+                    &s.ctx("at"),
+                    "must be later than the step before it",
+                );
+            } else {
+                steps.push(RateStep {
+                    at: at_d,
+                    events_per_second: eps.value as u64,
+                });
+            }
+        }
+        s.finish(d, "a rate step");
+    }
+    steps
 }
 
 fn read_start(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<i64> {

@@ -358,6 +358,37 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
+    /// An array of tables (`key = [{ ... }, { ... }]`), each read by its own
+    /// reader whose errors name `key[i].field`.
+    pub(crate) fn table_list(
+        &mut self,
+        d: &mut Diagnostics,
+        key: &'static str,
+    ) -> Option<Sp<Vec<TableReader<'a, 'i>>>> {
+        let v = self.raw(key)?;
+        let DeValue::Array(items) = v.get_ref() else {
+            self.wrong_type(d, key, v, "an array of tables such as [{ ... }]");
+            return None;
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match item.get_ref() {
+                DeValue::Table(t) => {
+                    let mut nested =
+                        TableReader::new(t, item.span(), self.context.component.clone());
+                    nested.context.field = Some(format!("{key}[{i}]"));
+                    out.push(nested);
+                }
+                other => d.error(
+                    item.span(),
+                    &self.ctx(&format!("{key}[{i}]")),
+                    format!("expected a table, found {}", describe(other)),
+                ),
+            }
+        }
+        Some(Sp::new(out, v.span()))
+    }
+
     /// Reports keys that no getter asked for. `what` names the table in the
     /// message ("a filter transform").
     pub(crate) fn finish(self, d: &mut Diagnostics, what: &str) {

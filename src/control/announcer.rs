@@ -6,15 +6,18 @@
 //! next lowest id announces, with a controller that has been running on the
 //! same inputs all along.
 //!
-//! Decisions are not executed yet: that waits for live migration. The
-//! record says so, and the next view still carries the assignment in force.
+//! The announcer executes its reconfiguring decisions by live migration
+//! (`daemon::gossip`, mapping them with [`super::execute`]); the record
+//! says how that went. The next view carries the assignment in force
+//! (its epoch and the owner of every bin, [`InForce`]), and any change of
+//! it restarts the controller's warm-up and waits.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::controller::{Action, Controller, ControllerConfig, Policy};
-use super::view::ClusterState;
+use super::view::{ClusterState, InForce};
 use super::{NodeId, OperatorSpec};
 
 /// One decision as `GET /cluster` shows it and the log says it.
@@ -45,13 +48,37 @@ pub(crate) struct DecisionRecord {
     /// Bins that would move.
     pub(crate) moves: u32,
     pub(crate) reason: String,
-    /// Always false for now: execution waits for live migration.
+    /// Whether the migration to it completed.
     pub(crate) executed: bool,
+    /// How executing it went, on the announcer (`None` elsewhere and for
+    /// a hold).
+    pub(crate) execution: Option<Execution>,
+    /// The member owning each bin in the target (reconfiguring decisions).
+    #[serde(skip)]
+    pub(crate) target: Option<Vec<String>>,
+}
+
+/// The outcome of executing a decision.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Execution {
+    /// `"running"`, `"done"`, `"busy"` (another migration held the lock:
+    /// retried at the next interval), `"failed"`, `"superseded"` or
+    /// `"skipped"` (nothing to execute: see `detail`).
+    pub(crate) status: String,
+    /// The assignment epoch after the migration (one per step).
+    pub(crate) epoch_after: Option<u64>,
+    pub(crate) steps: u32,
+    pub(crate) bins_moved: u32,
+    pub(crate) bytes: u64,
+    pub(crate) duration_ms: f64,
+    pub(crate) attempts: u32,
+    /// Why it did not run or failed.
+    pub(crate) detail: Option<String>,
 }
 
 impl DecisionRecord {
     /// The log line: `decision epoch 1 → 2 scale_up: node-a 4 workers 40
-    /// bins, ...; why (execution waits for live migration)`.
+    /// bins, ...; why`.
     pub(crate) fn log_line(&self) -> String {
         let target: Vec<String> = self
             .workers
@@ -68,7 +95,7 @@ impl DecisionRecord {
             None => format!("epoch {}", self.epoch),
         };
         format!(
-            "decision {epochs} {}: {}; {} (execution waits for live migration)",
+            "decision {epochs} {}: {}; {}",
             self.action,
             target.join(", "),
             self.reason
@@ -81,6 +108,8 @@ pub(crate) struct Planner {
     controller: Controller,
     operators: Vec<OperatorSpec>,
     pipeline: u64,
+    /// The epoch of the assignment in force at the last tick.
+    epoch: Option<u64>,
 }
 
 impl Planner {
@@ -96,6 +125,7 @@ impl Planner {
             controller: Controller::new(config, now_ms),
             operators,
             pipeline,
+            epoch: None,
         }
     }
 
@@ -105,8 +135,14 @@ impl Planner {
         &mut self,
         now_ms: u64,
         state: &ClusterState,
+        in_force: Option<&InForce>,
     ) -> Result<DecisionRecord, String> {
-        let (view, names) = state.planner_view(&self.operators, self.pipeline)?;
+        let (view, names) = state.planner_view(&self.operators, self.pipeline, in_force)?;
+        let epoch = view.assignment.epoch;
+        if self.epoch.is_some_and(|e| e != epoch) {
+            self.controller.note_change(now_ms);
+        }
+        self.epoch = Some(epoch);
         let d = self.controller.handle_view(now_ms, &view);
         let name = |id: &NodeId| {
             names
@@ -146,6 +182,11 @@ impl Planner {
             moves: d.inputs.moves,
             reason: d.reason,
             executed: false,
+            execution: None,
+            target: d
+                .assignment
+                .as_ref()
+                .map(|a| a.owner.iter().map(name).collect()),
         })
     }
 }
@@ -181,9 +222,10 @@ mod tests {
             backlog: 0,
             useful_permille: 500,
             backpressure_permille: 0,
+            offered_per_s: None,
         };
         NodeSummary {
-            workers: 1,
+            workers: 4,
             pipeline: 9,
             cores: 4,
             rss_bytes: 1,
@@ -193,6 +235,7 @@ mod tests {
             interval_ms: 1000,
             operators: vec![op("src", 1e6), op("op", 1000.0)],
             truncated: 0,
+            bins: Default::default(),
         }
     }
 
@@ -232,11 +275,20 @@ mod tests {
     fn every_node_computes_the_same_decision_and_one_announces_it() {
         let names = ["a", "b", "c"];
         // 1500/s per node: 4500/s needs 4.5 workers' worth of the operator;
-        // 3 workers carry 0.67× of it: scale up.
+        // the 3 workers holding bins (of 4 threads each, as every member's
+        // migration control says) carry 0.67× of it: scale up.
+        let in_force = InForce {
+            epoch: 1,
+            owner: (0..48).map(|b| names[b / 16].to_string()).collect(),
+            workers_used: names.iter().map(|n| (n.to_string(), 1)).collect(),
+        };
         let mut records = Vec::new();
         for v in views(&names, 1500.0) {
             let mut p = Planner::new(config(), ops(), 9, 0);
-            records.push(p.handle_tick(10_000, &v).expect("decision"));
+            records.push(
+                p.handle_tick(10_000, &v, Some(&in_force))
+                    .expect("decision"),
+            );
         }
         let lowest = *names.iter().min_by_key(|n| node_id(n)).unwrap();
         for r in &records {
@@ -249,17 +301,19 @@ mod tests {
         }
         assert_eq!(records.iter().filter(|r| r.announced_here).count(), 1);
         let r = &records[0];
+        assert_eq!(r.current_workers, 3);
         assert!(r.proposed_workers > r.current_workers, "{r:?}");
+        let target = r.target.as_ref().expect("target owners");
+        assert_eq!(target.len(), 48);
+        let moved = (0..48).filter(|&b| target[b] != in_force.owner[b]).count();
+        assert_eq!(moved as u32, r.moves, "the bins that move are counted");
         assert_eq!(r.bins.values().sum::<u32>(), 48);
         let line = r.log_line();
         assert!(
             line.starts_with("decision epoch 1 → 2 scale_up: "),
             "{line}"
         );
-        assert!(
-            line.ends_with("(execution waits for live migration)"),
-            "{line}"
-        );
+
         assert!(!r.executed);
     }
 
@@ -275,7 +329,7 @@ mod tests {
             .find(|v| v.me() == me)
             .unwrap();
         let mut p = Planner::new(config(), ops(), 9, 0);
-        let r = p.handle_tick(1_000, &v).expect("decision");
+        let r = p.handle_tick(1_000, &v, None).expect("decision");
         assert_eq!(r.announcer.as_deref(), Some(sorted[0]));
         assert!(!r.announced_here);
         let down = |dead: &[&str]| -> Vec<Observed> {
@@ -290,10 +344,10 @@ mod tests {
                 .collect()
         };
         v.handle_members(2_000, &down(&[sorted[0]]));
-        let r = p.handle_tick(2_000, &v).expect("decision");
+        let r = p.handle_tick(2_000, &v, None).expect("decision");
         assert_eq!(r.announcer.as_deref(), Some(sorted[1]));
         v.handle_members(3_000, &down(&[sorted[0], sorted[1]]));
-        let r = p.handle_tick(3_000, &v).expect("decision");
+        let r = p.handle_tick(3_000, &v, None).expect("decision");
         assert_eq!(r.announcer.as_deref(), Some(me));
         assert!(r.announced_here, "the last one alive announces");
     }
@@ -302,6 +356,6 @@ mod tests {
     fn nothing_to_plan_before_the_first_summary() {
         let v = ClusterState::new("a");
         let mut p = Planner::new(config(), ops(), 9, 0);
-        assert!(p.handle_tick(0, &v).is_err());
+        assert!(p.handle_tick(0, &v, None).is_err());
     }
 }

@@ -125,6 +125,15 @@ impl Controller {
         }
     }
 
+    /// The assignment in force changed at `now_ms` (a decision executed,
+    /// or a rebalance from elsewhere): warm-up, stabilisation and the
+    /// scale-down wait count from here.
+    pub(crate) fn note_change(&mut self, now_ms: u64) {
+        self.last_change_ms = now_ms;
+        self.intervals_since_change = 0;
+        self.streak = None;
+    }
+
     fn hold(&mut self, at_ms: u64, reason: String, inputs: DecisionInputs) -> Decision {
         self.streak = None;
         Decision {

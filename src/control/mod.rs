@@ -16,6 +16,7 @@ pub(crate) mod announcer;
 pub(crate) mod assignment;
 pub(crate) mod controller;
 pub(crate) mod ds2;
+pub(crate) mod execute;
 pub(crate) mod placement;
 pub(crate) mod sim;
 pub(crate) mod threshold;

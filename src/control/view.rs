@@ -40,6 +40,11 @@ pub(crate) struct OperatorSummary {
     pub(crate) useful_permille: u16,
     /// Time blocked on full output channels over wall time × workers, in ‰.
     pub(crate) backpressure_permille: u16,
+    /// Sources only: records per second offered from outside on this node
+    /// (a generator's scheduled rate), when known. DS2 takes it as the
+    /// target rate: under backpressure the observed rate is only what got
+    /// through.
+    pub(crate) offered_per_s: Option<f32>,
 }
 
 /// What a node gossips about itself, every publish interval.
@@ -68,16 +73,112 @@ pub(crate) struct NodeSummary {
     pub(crate) operators: Vec<OperatorSummary>,
     /// Operators left out to fit the payload limit.
     pub(crate) truncated: u16,
+    /// Input rates and state of the bins this node owns.
+    #[serde(default)]
+    pub(crate) bins: BinRates,
+}
+
+/// The bins a node owns, compactly: the hottest one by one, the rest as
+/// one average (a 256-bin run does not fit a gossip payload bin by bin).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct BinRates {
+    /// The hottest owned bins, hottest first.
+    pub(crate) hot: Vec<HotBin>,
+    /// The other owned bins: how many, and their mean rate and state.
+    pub(crate) rest_bins: u32,
+    pub(crate) rest_per_s: f32,
+    pub(crate) rest_state_bytes: u64,
+}
+
+/// One bin's input rate (records per second at the keyed operators,
+/// rounded: a varint of 1 to 3 bytes) and state bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct HotBin {
+    pub(crate) bin: u32,
+    pub(crate) per_s: u32,
+    pub(crate) state_bytes: u64,
+}
+
+/// Most bins gossiped one by one; fewer if the payload limit asks.
+pub(crate) const HOT_BINS_MAX: usize = 32;
+
+impl BinRates {
+    /// The summary of one interval: `before` and `now` are records
+    /// received per bin (summed over the keyed operators), `state_bytes`
+    /// per bin now, `owned` which bins this node owns.
+    pub(crate) fn measure(
+        before: &[u64],
+        now: &[u64],
+        state_bytes: &[u64],
+        owned: &[bool],
+        interval_ns: u64,
+    ) -> BinRates {
+        let secs = interval_ns.max(1) as f64 / 1e9;
+        let mut bins: Vec<(u32, f64, u64)> = (0..now.len())
+            .filter(|&b| owned.get(b) == Some(&true))
+            .map(|b| {
+                let d = now[b].saturating_sub(before.get(b).copied().unwrap_or(0));
+                let bytes = state_bytes.get(b).copied().unwrap_or(0);
+                (b as u32, d as f64 / secs, bytes)
+            })
+            .collect();
+        // Hottest first; equal rates by bin, so the same counts give the
+        // same summary.
+        bins.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut out = BinRates::default();
+        let (mut rest_rate, mut rest_bytes) = (0.0, 0u64);
+        for (i, &(bin, rate, bytes)) in bins.iter().enumerate() {
+            if i < HOT_BINS_MAX && rate >= 0.5 {
+                out.hot.push(HotBin {
+                    bin,
+                    per_s: rate.round().min(f64::from(u32::MAX)) as u32,
+                    state_bytes: bytes,
+                });
+            } else {
+                out.rest_bins += 1;
+                rest_rate += rate;
+                rest_bytes += bytes;
+            }
+        }
+        if out.rest_bins > 0 {
+            out.rest_per_s = (rest_rate / f64::from(out.rest_bins)) as f32;
+            out.rest_state_bytes = rest_bytes / u64::from(out.rest_bins);
+        }
+        out
+    }
+
+    /// Folds the coolest of the hot bins into the average; false if there
+    /// is none.
+    fn fold_one(&mut self) -> bool {
+        let Some(b) = self.hot.pop() else {
+            return false;
+        };
+        let n = f64::from(self.rest_bins);
+        self.rest_per_s =
+            ((f64::from(self.rest_per_s) * n + f64::from(b.per_s)) / (n + 1.0)) as f32;
+        self.rest_state_bytes = ((u128::from(self.rest_state_bytes) * self.rest_bins as u128
+            + u128::from(b.state_bytes))
+            / (self.rest_bins as u128 + 1)) as u64;
+        self.rest_bins += 1;
+        true
+    }
 }
 
 impl NodeSummary {
-    /// The postcard encoding, dropping operators from the end until it fits
-    /// `max_bytes` (they are counted in `truncated`).
+    /// The postcard encoding within `max_bytes`: the coolest hot bins are
+    /// folded into the average first, then operators are dropped from the
+    /// end (counted in `truncated`).
     pub(crate) fn encode(&self, max_bytes: usize) -> Vec<u8> {
         let mut s = self.clone();
         loop {
             let bytes = postcard::to_stdvec(&s).unwrap_or_default();
-            if bytes.len() <= max_bytes || s.operators.is_empty() {
+            if bytes.len() <= max_bytes {
+                return bytes;
+            }
+            if s.bins.fold_one() {
+                continue;
+            }
+            if s.operators.is_empty() {
                 return bytes;
             }
             s.operators.pop();
@@ -93,6 +194,16 @@ pub(crate) struct OperatorShape {
     pub(crate) source: bool,
     /// Indices of its upstream operators.
     pub(crate) upstream: Vec<usize>,
+}
+
+impl OperatorShape {
+    /// The operator as the planner knows it.
+    pub(crate) fn spec(&self) -> OperatorSpec {
+        OperatorSpec {
+            name: self.id.clone(),
+            upstream: self.upstream.clone(),
+        }
+    }
 }
 
 /// Per-operator summaries of one interval: `before` and `now` are the
@@ -171,6 +282,7 @@ pub(crate) fn summarize(
                 backlog,
                 useful_permille: share(useful),
                 backpressure_permille: share(blocked),
+                offered_per_s: None,
             }
         })
         .collect()
@@ -206,6 +318,15 @@ struct Entry {
 pub(crate) struct ClusterState {
     me: String,
     members: BTreeMap<String, Entry>,
+}
+
+/// The assignment in force as this node's migration control knows it:
+/// the member owning each bin, and per member the workers holding bins.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct InForce {
+    pub(crate) epoch: u64,
+    pub(crate) owner: Vec<String>,
+    pub(crate) workers_used: BTreeMap<String, u16>,
 }
 
 /// The stable id of a node: a hash of its name (as `/status` shows it).
@@ -328,6 +449,7 @@ impl ClusterState {
         &self,
         operators: &[OperatorSpec],
         pipeline: u64,
+        in_force: Option<&InForce>,
     ) -> Result<(ClusterView, BTreeMap<NodeId, String>), String> {
         let mine = self
             .members
@@ -354,9 +476,10 @@ impl ClusterState {
         for (name, s) in &nodes {
             let id = planner_id(name);
             names.insert(id, (*name).clone());
+            // Worker threads are fixed at start: a node cannot use more.
             node_samples.push(NodeSample {
                 node: id,
-                cores: s.cores.max(1),
+                cores: s.cores.min(s.workers).max(1),
             });
             workers.insert(id, s.workers);
             let bins = if alone { s.bins_total } else { s.bins_held };
@@ -393,23 +516,36 @@ impl ClusterState {
                             waiting_ns: 0,
                             blocked_ns: 0,
                         },
-                        offered_per_s: None,
+                        offered_per_s: o
+                            .offered_per_s
+                            .filter(|_| source)
+                            .map(|r| f64::from(r) / f64::from(k)),
                     });
                 }
             }
         }
+        // The exact owner of every bin and the workers holding bins, when
+        // every member knows them (they all do between migrations): the
+        // next decision starts from the assignment in force.
+        if let Some(f) = in_force.filter(|_| !alone)
+            && f.owner.len() == owner.len()
+            && f.owner.iter().all(|n| names.values().any(|m| m == n))
+        {
+            let id_of: BTreeMap<&String, NodeId> = names.iter().map(|(id, n)| (n, *id)).collect();
+            owner = f.owner.iter().map(|n| id_of[n]).collect();
+            for (id, name) in &names {
+                workers.insert(*id, f.workers_used.get(name).copied().unwrap_or(0));
+            }
+        }
+        let summaries: Vec<(NodeId, &NodeSummary)> =
+            nodes.iter().map(|(n, s)| (planner_id(n), *s)).collect();
+        let bins = bin_samples(&summaries, &owner);
         Ok((
             ClusterView {
                 operators: operators.to_vec(),
                 nodes: node_samples,
                 samples,
-                bins: vec![
-                    BinSample {
-                        records_per_s: 1.0,
-                        state_bytes: 0,
-                    };
-                    owner.len()
-                ],
+                bins,
                 assignment: Assignment {
                     epoch,
                     workers,
@@ -439,6 +575,41 @@ impl ClusterState {
         rows.sort_by(|a, b| a.id.cmp(&b.id));
         rows
     }
+}
+
+/// Every bin's rate and state from the nodes' gossiped [`BinRates`]: a bin
+/// some node lists as hot has that rate (the highest, if a migration left
+/// it on two lists for an interval); the others the average of the rest of
+/// the node owning them in `owner`. Bins nobody measured get 0, and a view
+/// with no rate at all counts bins as equal (`placement::bin_shares`).
+pub(crate) fn bin_samples(
+    summaries: &[(NodeId, &NodeSummary)],
+    owner: &[NodeId],
+) -> Vec<BinSample> {
+    let mut out = vec![BinSample::default(); owner.len()];
+    let mut listed = vec![false; owner.len()];
+    for (_, s) in summaries {
+        for h in &s.bins.hot {
+            let Some(b) = out.get_mut(h.bin as usize) else {
+                continue;
+            };
+            b.records_per_s = b.records_per_s.max(f64::from(h.per_s));
+            b.state_bytes = b.state_bytes.max(h.state_bytes);
+            listed[h.bin as usize] = true;
+        }
+    }
+    for (bin, o) in owner.iter().enumerate() {
+        if listed[bin] {
+            continue;
+        }
+        if let Some((_, s)) = summaries.iter().find(|(n, _)| n == o) {
+            out[bin] = BinSample {
+                records_per_s: f64::from(s.bins.rest_per_s),
+                state_bytes: s.bins.rest_state_bytes,
+            };
+        }
+    }
+    out
 }
 
 /// One member in `GET /cluster`.
@@ -545,6 +716,7 @@ mod tests {
                     backlog: 0,
                     useful_permille: 10,
                     backpressure_permille: 0,
+                    offered_per_s: None,
                 },
                 OperatorSummary {
                     id: "op".into(),
@@ -556,9 +728,11 @@ mod tests {
                     backlog: 10,
                     useful_permille: 900,
                     backpressure_permille: 50,
+                    offered_per_s: None,
                 },
             ],
             truncated: 0,
+            bins: BinRates::default(),
         }
     }
 
@@ -653,21 +827,93 @@ mod tests {
     }
 
     #[test]
+    fn bin_rates_list_the_hottest_owned_bins_and_fold_the_rest_to_fit() {
+        const S: u64 = 1_000_000_000;
+        // 8 bins; this node owns 0..6. Bin 5 is hot, bin 6 is not ours.
+        let before = vec![100; 8];
+        let now = vec![110, 120, 100, 130, 100, 500, 900, 100];
+        let bytes = vec![10, 20, 30, 40, 50, 6000, 70, 80];
+        let owned = [true, true, true, true, true, true, false, false];
+        let r = BinRates::measure(&before, &now, &bytes, &owned, 2 * S);
+        let hot: Vec<(u32, u32, u64)> = r
+            .hot
+            .iter()
+            .map(|h| (h.bin, h.per_s, h.state_bytes))
+            .collect();
+        assert_eq!(hot, [(5, 200, 6000), (3, 15, 40), (1, 10, 20), (0, 5, 10)]);
+        // Bins 2 and 4 received nothing: the rest, as one average.
+        assert_eq!(
+            (r.rest_bins, r.rest_per_s, r.rest_state_bytes),
+            (2, 0.0, 40)
+        );
+        // A payload too small for every hot bin keeps the hottest and the
+        // operators, and folds the others into the average.
+        let mut s = summary(1, 6, 10.0);
+        s.bins = r;
+        let full = postcard::to_stdvec(&s).expect("encode").len();
+        let small = s.encode(full - 4);
+        let back: NodeSummary = postcard::from_bytes(&small).expect("decode");
+        assert_eq!(back.truncated, 0);
+        assert_eq!(back.bins.hot.len(), 2, "{back:?}");
+        assert_eq!(back.bins.hot[0].bin, 5);
+        assert_eq!(back.bins.rest_bins, 4);
+        // Bins 2 and 4 at 0, bins 0 and 1 at 5 and 10 records/s.
+        assert!((back.bins.rest_per_s - 3.75).abs() < 1e-4, "{back:?}");
+    }
+
+    #[test]
+    fn gossiped_bin_rates_reach_the_planners_bin_samples() {
+        let ops: Vec<OperatorSpec> = shapes().iter().map(OperatorShape::spec).collect();
+        // a owns bins 0..32 with bin 7 hot; b owns 32..64, evenly loaded.
+        let mut sa = summary(2, 32, 1500.0);
+        sa.bins = BinRates {
+            hot: vec![HotBin {
+                bin: 7,
+                per_s: 600,
+                state_bytes: 9000,
+            }],
+            rest_bins: 31,
+            rest_per_s: 10.0,
+            rest_state_bytes: 100,
+        };
+        let mut sb = summary(2, 32, 1500.0);
+        sb.bins = BinRates {
+            hot: Vec::new(),
+            rest_bins: 32,
+            rest_per_s: 20.0,
+            rest_state_bytes: 200,
+        };
+        let mut v = ClusterState::new("a");
+        v.handle_local(0, None, sa);
+        v.handle_members(0, &[observed("b", "alive", 1, &sb)]);
+        let in_force = InForce {
+            epoch: 3,
+            owner: (0..64)
+                .map(|b| if b < 32 { "a" } else { "b" }.to_string())
+                .collect(),
+            workers_used: [("a".to_string(), 2), ("b".to_string(), 2)].into(),
+        };
+        let (view, _) = v.planner_view(&ops, 7, Some(&in_force)).expect("view");
+        assert_eq!(view.bins.len(), 64);
+        assert_eq!(view.bins[7].records_per_s, 600.0);
+        assert_eq!(view.bins[7].state_bytes, 9000);
+        assert_eq!(view.bins[0].records_per_s, 10.0);
+        assert_eq!(view.bins[31].state_bytes, 100);
+        assert_eq!(view.bins[32].records_per_s, 20.0);
+        assert_eq!(view.bins[63].state_bytes, 200);
+        // The planner weighs the hot bin by its rate: 600 of 600 + 31 × 10
+        // + 32 × 20 records/s.
+        let shares = crate::control::placement::bin_shares(&view.bins);
+        assert!((shares[7] - 600.0 / 1550.0).abs() < 1e-9, "{}", shares[7]);
+    }
+
+    #[test]
     fn planner_view_rebuilds_instances_and_the_assignment() {
-        let ops = vec![
-            OperatorSpec {
-                name: "src".into(),
-                upstream: vec![],
-            },
-            OperatorSpec {
-                name: "op".into(),
-                upstream: vec![0],
-            },
-        ];
+        let ops: Vec<OperatorSpec> = shapes().iter().map(OperatorShape::spec).collect();
         let mut v = ClusterState::new("a");
         v.handle_local(0, None, summary(2, 32, 1500.0));
         v.handle_members(0, &[observed("b", "alive", 1, &summary(2, 32, 1500.0))]);
-        let (view, names) = v.planner_view(&ops, 7).expect("view");
+        let (view, names) = v.planner_view(&ops, 7, None).expect("view");
         assert_eq!(names.len(), 2);
         assert_eq!(view.assignment.total_workers(), 4);
         assert_eq!(view.assignment.owner.len(), 64);
@@ -680,7 +926,7 @@ mod tests {
         let mut other = summary(2, 64, 1.0);
         other.pipeline = 8;
         v.handle_members(1, &[observed("b", "alive", 2, &other)]);
-        let (view, names) = v.planner_view(&ops, 7).expect("view");
+        let (view, names) = v.planner_view(&ops, 7, None).expect("view");
         assert_eq!(view.nodes.len(), 1);
         assert_eq!(names.values().collect::<Vec<_>>(), ["a"]);
         assert_eq!(view.assignment.owner.len(), 64, "all bins, planned alone");

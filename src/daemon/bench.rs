@@ -17,7 +17,11 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             super::bench_migration::migration(json, keys, &plot)
         }
         Workload::Bins { events, json } => super::bench_migration::bins(events, json),
-        Workload::Trace { events, json } => super::bench_trace::bench(events, json),
+        Workload::Trace {
+            events,
+            density,
+            json,
+        } => super::bench_trace::bench(events, density, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

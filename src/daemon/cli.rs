@@ -119,6 +119,21 @@ pub(crate) enum Command {
         #[arg(long)]
         off: bool,
     },
+    /// The tuner of a running node (`[tune]`, read from its local API):
+    /// the input rate forecast against the actual, the forecast error, the
+    /// Pareto front of the profiling runs, the chosen configuration and why.
+    Tune {
+        /// The node's local API (`[api] address`).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7401")]
+        api: String,
+        /// Print `GET /tune`'s JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the forecast against the actual rate and the Pareto
+        /// front into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -269,6 +284,10 @@ pub(crate) enum Workload {
         /// Events per throughput run.
         #[arg(long, default_value_t = 3_000_000)]
         events: u64,
+        /// Analysis only, at this many events per worker-second (no
+        /// pipeline runs: the overhead figures are left out).
+        #[arg(long)]
+        density: Option<u64>,
         /// Print `{"overhead_throughput_pct", "overhead_p99_pct",
         /// "analysis_events_per_s", "window_analysis_ms"}`.
         #[arg(long)]

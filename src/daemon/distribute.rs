@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::control::assignment::{self, Slot};
+use crate::control::view::NodeSummary;
 use crate::exec::Cluster;
 use crate::kernel::hash::hash_bytes;
 use crate::mesh::driver::MeshNode;
@@ -18,6 +19,9 @@ use crate::plan::Plan;
 
 /// How often the member table is looked at while waiting.
 const POLL: Duration = Duration::from_millis(100);
+/// How long more members than expected may be alive, none of them running
+/// a run this node could join, before that is an error.
+const TOO_MANY_GRACE: Duration = Duration::from_secs(5);
 
 /// What a node of a distributed run tells the others in its gossip payload.
 /// Once its pipeline runs, a node publishes a `control::view::NodeSummary`
@@ -69,6 +73,7 @@ pub(crate) fn cluster(
         "distributed run: waiting for {expected} members (this one included) for up to {timeout:?}"
     );
     let deadline = Instant::now() + timeout;
+    let mut too_many_since: Option<Instant> = None;
     loop {
         let members = mesh.members();
         let alive: Vec<_> = members
@@ -78,7 +83,17 @@ pub(crate) fn cluster(
         let mut slots = Vec::new();
         let mut addrs = Vec::new();
         let mut waiting_for = Vec::new();
+        // Members whose run has started (they publish a node summary, not
+        // just their run info): a newcomer joins their run.
+        let mut running = Vec::new();
         for m in &alive {
+            if m.id.name != me.name
+                && let Some((_, bytes)) = &m.payload
+                && let Ok(summary) = postcard::from_bytes::<NodeSummary>(bytes)
+                && summary.pipeline == own.pipeline
+            {
+                running.push((m.id.name.clone(), m.id.addr));
+            }
             let info = if m.id.name == me.name {
                 Some(own.clone())
             } else {
@@ -104,7 +119,27 @@ pub(crate) fn cluster(
                 None => waiting_for.push(m.id.name.clone()),
             }
         }
-        if alive.len() > expected as usize {
+        // A run of at least `expect_members` others is under way: join it
+        // (a member of the run still starting sees fewer running).
+        if running.len() >= expected as usize && !running.is_empty() {
+            running.sort();
+            let (name, addr) = &running[0];
+            tracing::info!(
+                "a run of this pipeline is under way on {} members; asking {name} to join it",
+                running.len()
+            );
+            let left = deadline.saturating_duration_since(Instant::now());
+            let joining = crate::exec::join::ask(mesh, (name, *addr), own.workers, left)?;
+            return crate::exec::join::cluster(mesh, joining);
+        }
+        // More alive than expected and nobody running yet: a run may have
+        // just started (its members publish a summary after their first
+        // interval, and payloads take a round of gossip to arrive).
+        let too_many = alive.len() > expected as usize && running.is_empty();
+        if !too_many {
+            too_many_since = None;
+        }
+        if too_many && too_many_since.get_or_insert_with(Instant::now).elapsed() >= TOO_MANY_GRACE {
             let names: Vec<&str> = alive.iter().map(|m| m.id.name.as_str()).collect();
             return Err(format!(
                 "{} members are alive ({}), `[mesh] expect_members` is {expected}: every node of a \
@@ -135,11 +170,14 @@ pub(crate) fn cluster(
                 a.first[index],
                 a.first[index] + a.members[index].workers as usize
             );
+            let left = vec![false; a.members.len()];
             return Ok(Cluster {
                 assignment: Arc::new(a),
                 me: index,
                 addrs,
                 mesh: mesh.clone(),
+                left,
+                join: None,
             });
         }
         if Instant::now() >= deadline {

@@ -2,8 +2,12 @@
 //! intrinsic counters into this node's [`NodeSummary`], publishes it in
 //! the mesh payload, and feeds the member table into the [`ClusterState`];
 //! every decision interval it runs the [`Planner`] on that view and logs
-//! what the announcer decides. `GET /cluster` shows the view and the last
-//! decision; `/metrics` adds the cluster's rates labelled by node.
+//! what the announcer decides. On the announcer of a distributed run, a
+//! reconfiguring decision is executed by live migration on a thread of its
+//! own (the tick never waits for it); a migration refused because another
+//! holds the cluster-wide lock is retried at the next decision interval.
+//! `GET /cluster` shows the view and the last decision with its outcome;
+//! `/metrics` adds the cluster's rates labelled by node.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -14,22 +18,23 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::http::{Response, Router};
+use crate::config::ControllerSettings;
 use crate::control::OperatorSpec;
-use crate::control::announcer::{DecisionRecord, Planner};
-use crate::control::controller::ControllerConfig;
+use crate::control::announcer::{DecisionRecord, Execution, Planner};
 use crate::control::view::{
-    ClusterState, MemberDoc, NodeSummary, Observed, OperatorShape, summarize,
+    BinRates, ClusterState, InForce, MemberDoc, NodeSummary, Observed, OperatorShape, summarize,
 };
-use crate::exec::Reporter;
+use crate::exec::{RebalanceError, Reporter, Shared};
 use crate::kernel::counters::Counters;
 use crate::mesh::driver::MeshNode;
 use crate::mesh::membership::{MemberState, MembershipConfig};
+use crate::migrate::Strategy;
 use crate::plan::NodeKind;
+use crate::plan::OpSpec;
 
 /// How often a node measures and publishes its summary.
 pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
-/// How often the planner runs (DS2's policy interval).
-pub(crate) const DECISION_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Reconfiguring decisions kept for `GET /cluster`.
 const DECISIONS_KEPT: usize = 16;
 
@@ -51,6 +56,18 @@ pub(crate) struct ClusterDoc {
     pub(crate) decisions: Vec<DecisionRecord>,
     /// Why there is no decision yet, if there is none.
     pub(crate) planner: Option<String>,
+    /// Every bin as the planner sees it now (empty before it can plan).
+    #[serde(default)]
+    pub(crate) bins: Vec<BinDoc>,
+}
+
+/// One bin in `GET /cluster`: its owner and gossiped rate and state.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) struct BinDoc {
+    pub(crate) bin: u32,
+    pub(crate) owner: String,
+    pub(crate) records_per_s: f64,
+    pub(crate) state_bytes: u64,
 }
 
 struct Inner {
@@ -62,11 +79,32 @@ struct Inner {
     bins_total: u32,
     planner: Option<Planner>,
     prev: Option<(Instant, Vec<Vec<Counters>>)>,
+    /// Records received per bin at the keyed operators, at `prev`.
+    prev_bins: Vec<u64>,
     next_decision: Option<Instant>,
     decision: Option<DecisionRecord>,
     decisions: VecDeque<DecisionRecord>,
     planner_status: Option<String>,
     announcer: Option<String>,
+    /// The run's migration control, `[controller]` and `[migration]
+    /// strategy`.
+    shared: Option<Arc<Shared>>,
+    settings: ControllerSettings,
+    strategy: Option<Strategy>,
+    /// When the pipeline was attached (its sources' schedules start then).
+    attached_at: Instant,
+    /// The last assignment in force seen (epoch, global worker per bin).
+    in_force: Option<(u64, Vec<u32>)>,
+    /// A decision to execute (again): made at, from epoch, target.
+    pending: Option<(u64, u64, Vec<u32>)>,
+}
+
+/// What the thread executing a decision hands back.
+#[derive(Default)]
+struct Executor {
+    running: AtomicBool,
+    /// (decision made at, outcome, the epoch it started from).
+    done: Mutex<Option<(u64, Execution, u64)>>,
 }
 
 /// What the driver thread updates and the API reads.
@@ -74,6 +112,7 @@ pub(crate) struct ClusterSource {
     node: String,
     mesh: Option<Arc<MeshNode>>,
     inner: Mutex<Inner>,
+    executor: Arc<Executor>,
 }
 
 fn unix_ms() -> u64 {
@@ -105,14 +144,22 @@ impl ClusterSource {
                 bins_total: 0,
                 planner: None,
                 prev: None,
+                prev_bins: Vec::new(),
                 next_decision: None,
                 decision: None,
                 decisions: VecDeque::new(),
                 planner_status: Some("the pipeline is starting".into()),
                 announcer: None,
+                shared: None,
+                settings: ControllerSettings::default(),
+                strategy: None,
+                attached_at: Instant::now(),
+                in_force: None,
+                pending: None,
             }),
             node,
             mesh,
+            executor: Arc::default(),
         }
     }
 
@@ -125,8 +172,13 @@ impl ClusterSource {
     pub(crate) fn attach(&self, reporter: Option<Reporter>) {
         let mut g = self.lock();
         g.prev = None;
+        g.prev_bins = Vec::new();
         g.planner = None;
         g.next_decision = None;
+        g.shared = reporter.as_ref().map(Reporter::shared);
+        g.in_force = None;
+        g.pending = None;
+        g.attached_at = Instant::now();
         if let Some(r) = &reporter {
             let plan = r.plan();
             g.shapes = plan
@@ -140,16 +192,11 @@ impl ClusterSource {
                 .collect();
             g.pipeline = super::distribute::fingerprint(plan);
             g.bins_total = plan.node.bins;
-            let ops = g
-                .shapes
-                .iter()
-                .map(|s| OperatorSpec {
-                    name: s.id.clone(),
-                    upstream: s.upstream.clone(),
-                })
-                .collect();
+            g.settings = plan.node.controller.clone();
+            g.strategy = Some(plan.node.migration.strategy);
+            let ops = g.shapes.iter().map(OperatorShape::spec).collect();
             g.planner = Some(Planner::new(
-                ControllerConfig::default(),
+                g.settings.planner(),
                 ops,
                 g.pipeline,
                 unix_ms(),
@@ -164,11 +211,45 @@ impl ClusterSource {
         let now_ms = unix_ms();
         let mut g = self.lock();
         let g = &mut *g;
+        if let Some(a) = g.shared.as_ref().and_then(|s| s.assignment_in_force()) {
+            g.in_force = Some(a);
+        }
+        self.collect_execution(g);
         if let Some(r) = g.reporter.clone() {
             let counters = r.instances();
+            let (received, state_bytes) = bin_totals(&r.bins(), g.bins_total as usize);
             if let Some((at, before)) = g.prev.take() {
                 let interval = now.saturating_duration_since(at);
-                let (workers, bins_held) = r.workers_and_bins();
+                let (workers, mut bins_held) = r.workers_and_bins();
+                let shared = r.shared();
+                let mut owned = r.owned_bins();
+                if let Some((_, owners)) = &g.in_force {
+                    let mine = shared.first_worker..shared.first_worker + shared.workers;
+                    owned = owners
+                        .iter()
+                        .map(|&w| mine.contains(&(w as usize)))
+                        .collect();
+                    bins_held = owned.iter().filter(|&&o| o).count() as u32;
+                }
+                let bins = BinRates::measure(
+                    &g.prev_bins,
+                    &received,
+                    &state_bytes,
+                    &owned,
+                    interval.as_nanos() as u64,
+                );
+                let mut operators =
+                    summarize(&g.shapes, &before, &counters, interval.as_nanos() as u64);
+                // A generator's scheduled rate is what is offered: this
+                // member generates its workers' share of it.
+                let elapsed = now.saturating_duration_since(g.attached_at);
+                let local = shared.workers as f64 / shared.global_workers.max(1) as f64;
+                for (o, node) in operators.iter_mut().zip(&r.plan().nodes) {
+                    if let OpSpec::Generator(source) = &node.op {
+                        o.offered_per_s =
+                            source.rate_at(elapsed).map(|r| (r as f64 * local) as f32);
+                    }
+                }
                 let summary = NodeSummary {
                     workers: workers as u16,
                     pipeline: g.pipeline,
@@ -176,10 +257,11 @@ impl ClusterSource {
                     rss_bytes: rss_bytes(),
                     bins_held,
                     bins_total: g.bins_total,
-                    epoch: 1,
+                    epoch: g.in_force.as_ref().map_or(0, |a| a.0),
                     interval_ms: interval.as_millis() as u32,
-                    operators: summarize(&g.shapes, &before, &counters, interval.as_nanos() as u64),
+                    operators,
                     truncated: 0,
+                    bins,
                 };
                 if let Some(mesh) = &self.mesh {
                     let bytes = summary.encode(MembershipConfig::default().max_payload_bytes);
@@ -187,9 +269,11 @@ impl ClusterSource {
                 }
                 let addr = self.mesh.as_ref().map(|m| m.identity().addr.to_string());
                 g.view.handle_local(now_ms, addr, summary);
-                g.next_decision.get_or_insert(now + DECISION_INTERVAL);
+                g.next_decision
+                    .get_or_insert(now + g.settings.decision_interval);
             }
             g.prev = Some((now, counters));
+            g.prev_bins = received;
         }
         if let Some(mesh) = &self.mesh {
             let observed: Vec<Observed> = mesh
@@ -221,10 +305,21 @@ impl ClusterSource {
             g.announcer = announcer;
         }
         let due = g.next_decision.is_some_and(|t| now >= t);
-        if let (true, Some(planner)) = (due, g.planner.as_mut()) {
-            g.next_decision = Some(now + DECISION_INTERVAL);
-            match planner.handle_tick(now_ms, &g.view) {
-                Ok(record) => {
+        let in_force = self.in_force(g);
+        if due {
+            self.retry_pending(g);
+        }
+        let planned = match (due, g.planner.as_mut()) {
+            (true, Some(planner)) => Some(planner.handle_tick(now_ms, &g.view, in_force.as_ref())),
+            _ => None,
+        };
+        if let Some(planned) = planned {
+            g.next_decision = Some(now + g.settings.decision_interval);
+            match planned {
+                Ok(mut record) => {
+                    if record.announced_here && record.action != "hold" {
+                        self.execute(g, &mut record);
+                    }
                     if record.action != "hold" {
                         if record.announced_here {
                             tracing::info!("{}", record.log_line());
@@ -255,15 +350,250 @@ impl ClusterSource {
 
     pub(crate) fn doc(&self) -> ClusterDoc {
         let g = self.lock();
+        let ops: Vec<OperatorSpec> = g.shapes.iter().map(OperatorShape::spec).collect();
+        let in_force = self.in_force(&g);
+        let bins = match g.view.planner_view(&ops, g.pipeline, in_force.as_ref()) {
+            Ok((view, names)) => (view.assignment.owner.iter().zip(&view.bins))
+                .enumerate()
+                .map(|(bin, (o, b))| BinDoc {
+                    bin: bin as u32,
+                    owner: names.get(o).cloned().unwrap_or_default(),
+                    records_per_s: b.records_per_s,
+                    state_bytes: b.state_bytes,
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
         ClusterDoc {
+            bins,
             node: self.node.clone(),
             announcer: g.view.announcer().map(str::to_string),
             publish_interval_ms: PUBLISH_INTERVAL.as_millis() as u64,
-            decision_interval_ms: DECISION_INTERVAL.as_millis() as u64,
+            decision_interval_ms: g.settings.decision_interval.as_millis() as u64,
             members: g.view.snapshot(unix_ms()),
             decision: g.decision.clone(),
             decisions: g.decisions.iter().cloned().collect(),
             planner: g.planner_status.clone(),
+        }
+    }
+
+    /// The assignment in force by member, when this is a distributed run
+    /// with migration control.
+    fn in_force(&self, g: &Inner) -> Option<InForce> {
+        let (epoch, owners) = g.in_force.as_ref()?;
+        let members = g.shared.as_ref()?.members_in_run()?;
+        let member_of = |w: u32| {
+            members
+                .iter()
+                .find(|(_, r)| r.contains(&(w as usize)))
+                .map(|(n, _)| n.clone())
+        };
+        let owner: Option<Vec<String>> = owners.iter().map(|&w| member_of(w)).collect();
+        let mut workers_used = std::collections::BTreeMap::new();
+        for (name, range) in &members {
+            let used = range
+                .clone()
+                .filter(|&w| owners.contains(&(w as u32)))
+                .count();
+            workers_used.insert(name.clone(), used as u16);
+        }
+        Some(InForce {
+            epoch: *epoch,
+            owner: owner?,
+            workers_used,
+        })
+    }
+
+    /// Starts executing `record` (made here, reconfiguring), or says in it
+    /// why it is not.
+    fn execute(&self, g: &mut Inner, record: &mut DecisionRecord) {
+        let skip = |detail: &str| Execution {
+            status: "skipped".into(),
+            detail: Some(detail.into()),
+            ..Default::default()
+        };
+        let members = g.shared.as_ref().and_then(|s| s.members_in_run());
+        let target = match (&members, &g.in_force, &record.target) {
+            _ if !g.settings.execute => {
+                record.execution = Some(skip("execution is off ([controller] execute = false)"));
+                return;
+            }
+            (None, _, _) => {
+                record.execution = Some(skip("a single-node run: nothing to execute"));
+                return;
+            }
+            (Some(m), _, _) if m.len() < 2 => {
+                record.execution = Some(skip("a single-node run: nothing to execute"));
+                return;
+            }
+            (_, None, _) | (_, _, None) => {
+                record.execution = Some(skip("the assignment in force is not known yet"));
+                return;
+            }
+            (Some(m), Some((_, current)), Some(owner)) => {
+                crate::control::execute::target_workers(owner, &record.workers, m, current)
+            }
+        };
+        match target {
+            Ok(t) => {
+                if let Some((at, ..)) = g.pending.take() {
+                    Self::set_execution(
+                        g,
+                        at,
+                        Execution {
+                            status: "superseded".into(),
+                            detail: Some(format!("by the decision made at {}", record.at_ms)),
+                            ..Default::default()
+                        },
+                    );
+                }
+                g.pending = Some((record.at_ms, record.epoch, t));
+                record.execution = Some(Execution {
+                    status: "pending".into(),
+                    ..Default::default()
+                });
+                if let Some(e) = self.start_pending(g) {
+                    record.execution = Some(e);
+                }
+            }
+            Err(e) => record.execution = Some(skip(&e)),
+        }
+    }
+
+    /// At a decision interval: a decision refused as busy runs again, if
+    /// the assignment it was made from is still in force.
+    fn retry_pending(&self, g: &mut Inner) {
+        let Some((at, from, _)) = &g.pending else {
+            return;
+        };
+        let (at, from) = (*at, *from);
+        if g.in_force.as_ref().is_some_and(|a| a.0 != from) {
+            g.pending = None;
+            Self::set_execution(
+                g,
+                at,
+                Execution {
+                    status: "superseded".into(),
+                    detail: Some(format!("the assignment moved on from epoch {from}")),
+                    ..Default::default()
+                },
+            );
+            return;
+        }
+        if let Some(e) = self.start_pending(g) {
+            Self::set_execution(g, at, e);
+        }
+    }
+
+    /// Runs the pending decision's migration on a thread of its own unless
+    /// one runs; returns its state then.
+    fn start_pending(&self, g: &mut Inner) -> Option<Execution> {
+        let (at, from, target) = g.pending.clone()?;
+        let (Some(shared), Some(strategy)) = (g.shared.clone(), g.strategy) else {
+            return None;
+        };
+        let last = g
+            .decisions
+            .iter()
+            .find(|r| r.at_ms == at)
+            .and_then(|r| r.execution.clone());
+        // Started already, and its outcome not collected yet.
+        if last
+            .as_ref()
+            .is_some_and(|e| e.status != "busy" && e.status != "pending")
+        {
+            return None;
+        }
+        if self.executor.running.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let attempts = last.map_or(0, |e| e.attempts) + 1;
+        let executor = self.executor.clone();
+        let spawned = std::thread::Builder::new()
+            .name("eddy-ctl-exec".into())
+            .spawn(move || {
+                let result = shared.rebalance(Some(target), strategy);
+                let mut e = Execution {
+                    attempts,
+                    ..Default::default()
+                };
+                match result {
+                    Ok(r) => {
+                        tracing::info!(
+                            epoch = r.epoch,
+                            bins = r.bins,
+                            bytes = r.bytes,
+                            duration_ms = r.duration.as_secs_f64() * 1e3,
+                            "decision executed: epoch {from} → {}, {} bins moved ({} bytes) in {} steps, {:.1?}",
+                            r.epoch,
+                            r.bins,
+                            r.bytes,
+                            r.steps,
+                            r.duration
+                        );
+                        e.status = "done".into();
+                        e.epoch_after = Some(r.epoch);
+                        e.steps = r.steps;
+                        e.bins_moved = r.bins;
+                        e.bytes = r.bytes;
+                        e.duration_ms = r.duration.as_secs_f64() * 1e3;
+                    }
+                    Err(RebalanceError::Busy(m)) => {
+                        tracing::info!(
+                            "decision not executed yet, retried at the next interval: {m}"
+                        );
+                        e.status = "busy".into();
+                        e.detail = Some(m);
+                    }
+                    Err(RebalanceError::Failed(m)) => {
+                        tracing::warn!("executing the decision from epoch {from} failed: {m}");
+                        e.status = "failed".into();
+                        e.detail = Some(m);
+                    }
+                }
+                *executor.done.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, e, from));
+                executor.running.store(false, Ordering::SeqCst);
+            });
+        match spawned {
+            Ok(_) => Some(Execution {
+                status: "running".into(),
+                attempts,
+                ..Default::default()
+            }),
+            Err(e) => {
+                self.executor.running.store(false, Ordering::SeqCst);
+                Some(Execution {
+                    status: "failed".into(),
+                    attempts,
+                    detail: Some(format!("cannot start a thread: {e}")),
+                    ..Default::default()
+                })
+            }
+        }
+    }
+
+    /// Takes a finished execution's outcome into its record.
+    fn collect_execution(&self, g: &mut Inner) {
+        let done = self
+            .executor
+            .done
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((at, e, _)) = done else {
+            return;
+        };
+        if e.status != "busy" && g.pending.as_ref().is_some_and(|p| p.0 == at) {
+            g.pending = None;
+        }
+        Self::set_execution(g, at, e);
+    }
+
+    fn set_execution(g: &mut Inner, at: u64, e: Execution) {
+        let records = g.decisions.iter_mut().chain(g.decision.as_mut());
+        for r in records.filter(|r| r.at_ms == at) {
+            r.executed = e.status == "done";
+            r.execution = Some(e.clone());
         }
     }
 
@@ -272,6 +602,23 @@ impl ClusterSource {
     pub(crate) fn render_prometheus(&self) -> String {
         render_prometheus(&self.doc())
     }
+}
+
+/// Records received and state bytes per bin, summed over the keyed
+/// components (`bins` slots each).
+fn bin_totals(counters: &[crate::exec::BinCounters], bins: usize) -> (Vec<u64>, Vec<u64>) {
+    let (mut received, mut bytes) = (vec![0; bins], vec![0; bins]);
+    for c in counters {
+        received
+            .iter_mut()
+            .zip(&c.received)
+            .for_each(|(a, b)| *a += b);
+        bytes
+            .iter_mut()
+            .zip(&c.state_bytes)
+            .for_each(|(a, b)| *a += b);
+    }
+    (received, bytes)
 }
 
 fn escape(v: &str) -> String {

@@ -26,6 +26,12 @@ mod stats;
 mod status;
 mod top;
 mod trace;
+mod tune;
+mod tune_cli;
+mod tune_profile;
+
+mod tune_store;
+mod tune_svg;
 
 use std::process::ExitCode;
 
@@ -65,6 +71,7 @@ pub fn main() -> ExitCode {
             count,
             off,
         }),
+        cli::Command::Tune { api, json, plot } => tune_cli::tune(&api, json, plot.as_deref()),
         cli::Command::Cluster { action } => match action {
             cli::ClusterAction::Init {
                 ca_dir,

@@ -162,6 +162,9 @@ impl<'a> Family<'a> {
     }
 }
 
+/// Which per-bin counter a series shows.
+type BinSeries = fn(&crate::exec::BinCounters) -> &[u64];
+
 fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
     let mut out = String::new();
     let host_label = format!("host=\"{}\"", escape(host));
@@ -295,6 +298,38 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
             );
             f.sample(&format!("{name}_sum"), l, h.mean() * h.len() as f64 / 1e6);
             f.sample(&format!("{name}_count"), l, h.len() as f64);
+        }
+    }
+    // Per bin, for the bins this node owns (keyed components only).
+    let per_bin: [(&str, &str, &str, BinSeries); 2] = [
+        (
+            "eddy_bin_received_events_total",
+            "counter",
+            "Records the keyed component received in the bin on this node.",
+            |b| &b.received,
+        ),
+        (
+            "eddy_bin_state_bytes",
+            "gauge",
+            "About how many bytes the bin's state takes in the component (windows).",
+            |b| &b.state_bytes,
+        ),
+    ];
+    for (name, kind, help, pick) in per_bin {
+        let mut f = Family::new(&mut out, name, kind, help);
+        for b in &report.bins {
+            let Some(c) = report.components.get(b.component) else {
+                continue;
+            };
+            for (bin, &v) in pick(b).iter().enumerate() {
+                if report.owned_bins.get(bin) == Some(&true) {
+                    let labels = format!(
+                        "component_id=\"{}\",bin=\"{bin}\",{host_label}",
+                        escape(&c.id)
+                    );
+                    f.sample(name, &labels, v as f64);
+                }
+            }
         }
     }
     let node = |out: &mut String, name: &str, kind: &str, help: &str, v: f64| {

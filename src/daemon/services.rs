@@ -73,6 +73,8 @@ pub(crate) struct Services {
     gossip: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
     /// The running pipeline for `POST /rebalance`.
     rebalance: Arc<super::rebalance::RebalanceSource>,
+    /// `[tune]`: the rate history, forecast and optimiser (`GET /tune`).
+    tune: Option<super::tune::TuneService>,
 }
 
 impl Services {
@@ -139,7 +141,17 @@ impl Services {
             cluster: cluster.clone(),
             gossip: None,
             rebalance: Arc::default(),
+            tune: None,
         };
+        if node.tune.enabled {
+            match super::tune::TuneService::start(node, pipeline) {
+                Ok(t) => services.tune = Some(t),
+                Err(e) => {
+                    services.shutdown_blocking();
+                    return Err(e);
+                }
+            }
+        }
         let stop = Arc::new(AtomicBool::new(false));
         match gossip::spawn(cluster.clone(), stop.clone()) {
             Ok(h) => services.gossip = Some((stop, h)),
@@ -157,6 +169,7 @@ impl Services {
             let router = gossip::routes(router, cluster);
             let router = super::trace::routes(router);
             let router = super::rebalance::routes(router, services.rebalance.clone());
+            let router = super::tune::routes(router, services.tune.as_ref().map(|t| t.shared()));
             match HttpServer::bind(node.api.address, router, Limits::default()) {
                 Ok(server) => {
                     tracing::info!(address = %server.local_addr(), "local API at http://{}/status", server.local_addr());
@@ -207,6 +220,9 @@ impl Services {
     pub(crate) fn attach(&self, reporter: crate::exec::Reporter, described: &str) {
         self.cluster.attach(Some(reporter.clone()));
         self.rebalance.attach(Some(reporter.clone()));
+        if let Some(t) = &self.tune {
+            t.attach(Some(reporter.clone()));
+        }
         self.metrics.attach(Some(reporter));
         if let Some(n) = &self.notify {
             n.send(&format!("READY=1\nSTATUS=running: {described}"));
@@ -219,6 +235,9 @@ impl Services {
         self.metrics.attach(None);
         self.cluster.attach(None);
         self.rebalance.attach(None);
+        if let Some(t) = &self.tune {
+            t.attach(None);
+        }
         if let Some(n) = &self.notify {
             n.send("RELOADING=1\nSTATUS=reloading");
         }
@@ -248,6 +267,8 @@ impl Services {
             tracing::info!("left the mesh");
         }
         self.api = None;
+        // Stops sampling (its thread ends before the store closes).
+        self.tune = None;
         if let Some((stop, h)) = self.watchdog.take() {
             stop.store(true, Ordering::Relaxed);
             let _ = h.join();

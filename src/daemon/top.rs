@@ -94,6 +94,46 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Bins shown one by one, hottest first.
+const HOT_BINS_SHOWN: usize = 5;
+
+/// The hottest bins as the planner sees them, with their share of the
+/// load: skew shows as one bin far above the others. Empty before the
+/// planner has a view or while nothing was measured.
+fn hot_bins(doc: &ClusterDoc) -> String {
+    let total: f64 = doc.bins.iter().map(|b| b.records_per_s).sum();
+    if total <= 0.0 {
+        return String::new();
+    }
+    let mut hot: Vec<_> = doc.bins.iter().filter(|b| b.records_per_s > 0.0).collect();
+    hot.sort_by(|a, b| {
+        b.records_per_s
+            .total_cmp(&a.records_per_s)
+            .then(a.bin.cmp(&b.bin))
+    });
+    let rows: Vec<Vec<String>> = hot
+        .iter()
+        .take(HOT_BINS_SHOWN)
+        .map(|b| {
+            vec![
+                b.bin.to_string(),
+                b.owner.clone(),
+                rate(b.records_per_s as f32),
+                format!("{:.1}", b.records_per_s / total * 100.0),
+                format!("{:.1} KiB", b.state_bytes as f64 / 1024.0),
+            ]
+        })
+        .collect();
+    let mut out = table(&["BIN", "OWNER", "IN/S", "LOAD%", "STATE"], &rows);
+    out.push_str(&format!(
+        "(hottest {} of {} bins, {} records/s in all)\n\n",
+        rows.len(),
+        doc.bins.len(),
+        rate(total as f32)
+    ));
+    out
+}
+
 /// One screen.
 pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
     let alive = doc.members.iter().filter(|m| m.state == "alive").count();
@@ -167,6 +207,7 @@ pub(crate) fn frame(api: &str, doc: &ClusterDoc) -> String {
     ));
     out.push_str(&notes);
     out.push('\n');
+    out.push_str(&hot_bins(doc));
     match &doc.decision {
         Some(d) => {
             let epochs = match d.next_epoch {
@@ -222,8 +263,10 @@ mod tests {
                 backlog: 42,
                 useful_permille: 123,
                 backpressure_permille: 5,
+                offered_per_s: None,
             }],
             truncated: 1,
+            bins: Default::default(),
         };
         let member = |name: &str, local: bool, state: &str, s: Option<NodeSummary>| MemberDoc {
             name: name.into(),
@@ -247,6 +290,7 @@ mod tests {
             decision: None,
             decisions: Vec::new(),
             planner: Some("waiting for the first decision interval".into()),
+            bins: Vec::new(),
         };
         let f = frame("127.0.0.1:7401", &doc);
         assert!(
@@ -288,6 +332,8 @@ mod tests {
             moves: 10,
             reason: "DS2 needs more".into(),
             executed: false,
+            execution: None,
+            target: None,
         });
         let f = frame("x", &doc);
         assert!(
@@ -296,5 +342,38 @@ mod tests {
             ),
             "{f}"
         );
+    }
+
+    #[test]
+    fn a_frame_shows_the_hottest_bins_and_their_share() {
+        let bin = |bin: u32, owner: &str, records_per_s: f64| super::super::gossip::BinDoc {
+            bin,
+            owner: owner.into(),
+            records_per_s,
+            state_bytes: 2048,
+        };
+        let mut doc = ClusterDoc {
+            node: "a".into(),
+            announcer: None,
+            publish_interval_ms: 1000,
+            decision_interval_ms: 5000,
+            members: Vec::new(),
+            decision: None,
+            decisions: Vec::new(),
+            planner: None,
+            bins: (0..8).map(|b| bin(b, "a", 10.0)).collect(),
+        };
+        doc.bins[6] = bin(6, "b", 130.0);
+        doc.bins[2].records_per_s = 0.0;
+        let f = frame("x", &doc);
+        // 130 of 130 + 6 × 10 records/s; bin 2 (idle) is not listed.
+        assert!(f.contains("BIN  OWNER  IN/S  LOAD%  STATE\n6    b      130   68.4   2.0 KiB\n0    a      10    5.3"), "{f}");
+        assert!(
+            f.contains("(hottest 5 of 8 bins, 190 records/s in all)"),
+            "{f}"
+        );
+        // Nothing measured yet: no table.
+        doc.bins.iter_mut().for_each(|b| b.records_per_s = 0.0);
+        assert!(!frame("x", &doc).contains("LOAD%"));
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn routes(router: Router) -> Router {
                         if let Some(w) = w {
                             trace::set_window_ms(w);
                         }
-                        trace::set_enabled(s.enabled);
+                        trace::peers::switch(s.enabled);
                         tracing::info!(
                             enabled = s.enabled,
                             window_ms = trace::window_ms(),

@@ -1,7 +1,8 @@
 //! Heartbeats of the threads that must keep moving (workers, the
 //! checkpoint committer), so systemd's watchdog restarts a daemon that is
-//! alive but stuck — e.g. sled 0.34's segment-lock/truncation deadlock
-//! (README, "Known limits") — instead of one that merely runs.
+//! alive but stuck — a deadlock inside the store (sled 0.34.7 had one,
+//! patched in `vendor/sled`), an operator that never returns — instead of
+//! one that merely runs.
 //!
 //! The clock is a global epoch the watchdog thread advances (about every
 //! 100 ms); a thread's beat copies the epoch it sees into its own slot.

@@ -47,12 +47,52 @@ pub(crate) struct OpMetrics {
     pub(crate) state_evictions: AtomicU64,
     /// Bins of state read back from the store for new records.
     pub(crate) state_loads: AtomicU64,
+    /// Keyed operators only (empty for the others): records received per
+    /// key bin, counted where the exchange delivers them to the bin's
+    /// owner. One writer (the owning worker), so a relaxed load and store
+    /// count without a locked instruction.
+    pub(crate) bin_records: Box<[AtomicU64]>,
+    /// Keyed operators that keep per-bin state (windows): about how many
+    /// bytes each bin's state takes, as the operator last counted it.
+    pub(crate) bin_state_bytes: Box<[AtomicU64]>,
 }
 
 impl OpMetrics {
     #[inline]
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// The counters of a keyed operator's instance, with one per-bin slot
+    /// for each of `bins`.
+    pub(crate) fn keyed(bins: u32) -> OpMetrics {
+        let slots = || (0..bins).map(|_| AtomicU64::new(0)).collect();
+        OpMetrics {
+            bin_records: slots(),
+            bin_state_bytes: slots(),
+            ..OpMetrics::default()
+        }
+    }
+
+    /// Counts the rows of a batch arriving at a keyed operator in their
+    /// bins (`hashes` are the rows' key hashes).
+    #[inline]
+    pub(crate) fn count_bins(&self, hashes: &[u64], bins: u32) {
+        let slots = &self.bin_records[..];
+        if slots.is_empty() || !instrumented() {
+            return;
+        }
+        for &h in hashes {
+            if let Some(c) = slots.get(crate::kernel::hash::bin_of(h, bins) as usize) {
+                c.store(c.load(Relaxed) + 1, Relaxed);
+            }
+        }
+    }
+
+    /// Per bin: records received so far, and state bytes.
+    pub(crate) fn bins(&self) -> (Vec<u64>, Vec<u64>) {
+        let read = |v: &[AtomicU64]| v.iter().map(|c| c.load(Relaxed)).collect();
+        (read(&self.bin_records), read(&self.bin_state_bytes))
     }
 
     pub(crate) fn counters(&self) -> Counters {

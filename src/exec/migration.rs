@@ -41,12 +41,16 @@ const HELD_ROWS_WARN: usize = 1 << 20;
 
 /// How long a rebalance waits for the workers before giving up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+/// A worker whose part of a step lasts this long says what it waits for.
+const SLOW_STEP: Duration = Duration::from_secs(10);
 
 /// The node-wide side: the coordinator (when this node coordinates) and
 /// the channels to this node's workers.
 pub(crate) struct Control {
     /// This node's workers, by local index.
     pub(crate) to_workers: Vec<flume::Sender<Input>>,
+    /// The same, for the workers a node that joins adds (`join.rs`).
+    pub(crate) join_to_workers: Vec<flume::Sender<super::join::AddWorkers>>,
     /// Replies of the workers (this node's, and other members' over the
     /// mesh) to the coordinator.
     pub(crate) to_coordinator: flume::Sender<CoordInput>,
@@ -117,9 +121,14 @@ pub(crate) struct WorkerMigration {
     state_edge: Vec<Option<usize>>,
     /// Nodes whose inputs all ended while a bin was still coming.
     deferred_end: Vec<usize>,
+    /// When this worker saw the step in flight begin, and whether it
+    /// said it was slow.
+    step_seen: Option<(Instant, bool)>,
     /// `(node, edge)`: `End` not sent yet on the edge while this member
     /// drains (see `Worker::end_node`).
     pub(crate) held_ends: Vec<(usize, usize)>,
+    /// A node joining the run: its workers to add (`join.rs`).
+    pub(crate) joins: Option<flume::Receiver<super::join::AddWorkers>>,
     /// Per node: its watermark is held until its outgoing bins left. A
     /// sender's watermark that comes after its marker may be ahead of
     /// records it already sent the new owner: applied here before the
@@ -129,25 +138,41 @@ pub(crate) struct WorkerMigration {
 }
 
 /// Builds the control of this node's `workers` workers (global ids from
-/// `first`, of `global` in the run) and each worker's side.
+/// `first`, of `global` in the run) and each worker's side, at assignment
+/// `epoch` (0 at the start of a run; a node that joins takes the run's),
+/// without the workers `gone[w]` of members that left the run.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn setup(
     workers: usize,
     first: usize,
     global: usize,
     assignment: &[u16],
+    epoch: u64,
+    gone: &[bool],
     keyed: &[crate::migrate::KeyedNode],
     state_edge: Vec<Option<usize>>,
 ) -> (Option<std::sync::Arc<Control>>, Vec<WorkerMigration>) {
-    let current = Assignment::new(0, assignment.iter().map(|&w| w as u32).collect());
+    let current = Assignment::new(epoch, assignment.iter().map(|&w| w as u32).collect());
+    let live: Vec<bool> = (0..global)
+        .map(|w| !gone.get(w).copied().unwrap_or(false))
+        .collect();
     let (coord_tx, coord_rx) = flume::unbounded();
     let mut to_workers = Vec::new();
+    let mut join_to_workers = Vec::new();
     let mut sides = Vec::new();
     for w in 0..workers {
         let (tx, rx) = flume::unbounded();
         to_workers.push(tx);
+        let (join_tx, join_rx) = flume::unbounded();
+        join_to_workers.push(join_tx);
+        let mut machine = Migrator::new((first + w) as u32, global as u32, &current, keyed);
+        if live.iter().any(|l| !l) {
+            machine.reset_live(&current, &live);
+        }
         sides.push(WorkerMigration {
-            machine: Migrator::new((first + w) as u32, global as u32, &current, keyed),
+            machine,
             control: Some(rx),
+            joins: Some(join_rx),
             held: HashMap::new(),
             held_rows: 0,
             warned: false,
@@ -155,14 +180,18 @@ pub(crate) fn setup(
             out_held: vec![false; state_edge.len()],
             state_edge: state_edge.clone(),
             deferred_end: Vec::new(),
+            step_seen: None,
             held_ends: Vec::new(),
         });
     }
+    let mut coordinator = Coordinator::new(global as u32, current.clone());
+    coordinator.reset_live(current.clone(), &live);
     let control = std::sync::Arc::new(Control {
         to_workers,
+        join_to_workers,
         to_coordinator: coord_tx,
         from_workers: coord_rx,
-        coordinator: Mutex::new(Coordinator::new(global as u32, current.clone())),
+        coordinator: Mutex::new(coordinator),
         origin: Instant::now(),
         migrating: AtomicBool::new(false),
         holder: Mutex::new(None),
@@ -185,12 +214,14 @@ impl WorkerMigration {
         WorkerMigration {
             machine: Migrator::new(me as u32, workers as u32, &current, keyed),
             control: None,
+            joins: None,
             held: HashMap::new(),
             held_rows: 0,
             warned: false,
             arrived: HashMap::new(),
             state_edge: Vec::new(),
             deferred_end: Vec::new(),
+            step_seen: None,
             held_ends: Vec::new(),
             out_held: Vec::new(),
         }
@@ -211,15 +242,14 @@ impl Shared {
             .migration
             .as_ref()
             .ok_or("this run has no migration control")?;
-        // Members that drained and left take no bins.
-        let gone = control
-            .mesh
-            .get()
-            .map_or(vec![false; self.global_workers], |l| {
-                l.gone_workers(self.global_workers)
-            });
+        // Members that drained and left take no bins; members that
+        // joined do (`total_workers` counts them).
+        let global_workers = self.total_workers.load(SeqCst);
+        let gone = control.mesh.get().map_or(vec![false; global_workers], |l| {
+            l.gone_workers(global_workers)
+        });
         let target = target.unwrap_or_else(|| {
-            let live: Vec<u32> = (0..self.global_workers as u32)
+            let live: Vec<u32> = (0..global_workers as u32)
                 .filter(|&w| !gone[w as usize])
                 .collect();
             crate::migrate::even(self.bins, live.len() as u32)
@@ -235,10 +265,9 @@ impl Shared {
             )
             .into());
         }
-        if let Some(w) = target.iter().find(|&&w| w as usize >= self.global_workers) {
+        if let Some(w) = target.iter().find(|&&w| w as usize >= global_workers) {
             return Err(format!(
-                "the target assignment names worker {w}, the run has {}",
-                self.global_workers
+                "the target assignment names worker {w}, the run has {global_workers}"
             )
             .into());
         }
@@ -381,7 +410,8 @@ impl Shared {
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "a step took longer than {STEP_TIMEOUT:?} (did the input end during the migration?)"
+                    "a step took longer than {STEP_TIMEOUT:?} ({})",
+                    coordinator.awaiting().unwrap_or_default()
                 ));
             }
             let wait = coordinator
@@ -415,15 +445,45 @@ impl Worker {
 
     /// Handles waiting control messages (between batches).
     pub(crate) fn poll_migration(&mut self) -> bool {
+        let joins: Vec<_> = self
+            .mig
+            .joins
+            .as_ref()
+            .map(|rx| rx.try_iter().collect())
+            .unwrap_or_default();
+        let joined = !joins.is_empty();
+        for j in joins {
+            self.add_workers(j);
+        }
         let Some(rx) = &self.mig.control else {
-            return false;
+            return joined;
         };
         let inputs: Vec<Input> = rx.try_iter().collect();
-        let any = !inputs.is_empty();
+        let any = joined || !inputs.is_empty();
         for input in inputs {
             self.migrate_input(input);
         }
+        self.watch_step();
         any
+    }
+
+    /// Says once what a step that lasts long waits for here, so a stuck
+    /// migration names the missing marker or state on the worker that
+    /// misses it.
+    fn watch_step(&mut self) {
+        if self.mig.machine.idle() {
+            self.mig.step_seen = None;
+            return;
+        }
+        let (since, said) = self.mig.step_seen.get_or_insert((Instant::now(), false));
+        if !*said && since.elapsed() > SLOW_STEP {
+            *said = true;
+            tracing::warn!(
+                "worker {}: a migration step is still waiting after {SLOW_STEP:?} for {}",
+                self.global,
+                self.mig.machine.waiting_for().unwrap_or_default()
+            );
+        }
     }
 
     fn migrate_input(&mut self, input: Input) {
@@ -443,6 +503,11 @@ impl Worker {
     /// rows of bins whose state is still coming).
     #[inline]
     pub(crate) fn deliver_keyed(&mut self, node: usize, port: usize, batch: Batch) {
+        // Per-bin input rates for the controller: counted here, at the
+        // bin's owner, records held for a moving bin included.
+        self.nodes[node]
+            .metrics
+            .count_bins(batch.key_hash(), self.shared.bins);
         if self.mig.machine.idle() {
             self.deliver(node, port, batch);
         } else {
@@ -576,7 +641,7 @@ impl Worker {
                         if self.edge_ended(edge) {
                             continue;
                         }
-                        for w in 0..self.shared.global_workers {
+                        for w in 0..self.edges[edge].senders.len() {
                             if w != self.global {
                                 self.send(from, edge, w, Body::Marker(*epoch));
                             }
@@ -614,7 +679,7 @@ impl Worker {
                     let entries = self.mig.arrived.remove(&(node, bin)).unwrap_or_default();
                     let component = self.nodes[node].component.clone();
                     let mut failed = None;
-                    self.call(node, 0, |op, ctx| {
+                    self.call_as(node, 0, crate::trace::Kind::Migration, |op, ctx| {
                         if let Err(e) = op.install_bin(bin, entries, ctx) {
                             failed = Some(e);
                         }
@@ -673,10 +738,12 @@ impl Worker {
         let Some(edge) = self.mig.state_edge.get(node).copied().flatten() else {
             return;
         };
+        let t = self.trace.begin();
         let exported = match self.nodes[node].op.as_mut() {
             Some(op) => op.export_bins(&bins),
             None => Ok(bins.iter().map(|_| Vec::new()).collect()),
         };
+        self.trace.end(t, crate::trace::Kind::Migration, node);
         let exported = match exported {
             Ok(e) => e,
             Err(e) => {
@@ -755,7 +822,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A request id unique in the cluster for its lifetime: the member in the
 /// high bits, the time in the low ones.
-fn request_id(me: usize) -> u64 {
+pub(crate) fn request_id(me: usize) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -31,9 +31,8 @@
 //! ended stands for its marker of every later step (`Migrator::sender_ended`).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::Shared;
@@ -47,10 +46,17 @@ use crate::migrate::{CoordInput, Input, Move, Step};
 /// How long the coordinator waits for every member to answer `Begin`.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The other members as the control plane sees them.
+/// The other members as the control plane sees them. Members are only
+/// ever added (a node joins, `join.rs`), never removed: one that drained
+/// is marked as left.
 pub(crate) struct Link {
     /// This member's index in the assignment.
     pub(crate) me: usize,
+    members: RwLock<Members>,
+}
+
+#[derive(Default)]
+struct Members {
     names: Vec<String>,
     /// Per member: the queue of its control stream (`None` for this one).
     to: Vec<Option<flume::Sender<MigrateMsg>>>,
@@ -59,26 +65,43 @@ pub(crate) struct Link {
     /// Per member: it drained and left the run (`Leave`). It owns no bin
     /// and sent `End` on all its streams: its streams closing is no
     /// failure, and migrations go on without it.
-    left: Vec<AtomicBool>,
+    left: Vec<bool>,
 }
 
 impl Link {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Members> {
+        self.members.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Members> {
+        self.members.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Member `node`'s name.
-    pub(crate) fn name(&self, node: usize) -> &str {
-        self.names.get(node).map_or("?", |n| n.as_str())
+    pub(crate) fn name(&self, node: usize) -> String {
+        self.read()
+            .names
+            .get(node)
+            .map_or("?".to_string(), |n| n.clone())
+    }
+
+    /// How many members the run has had (those that left included).
+    pub(crate) fn len(&self) -> usize {
+        self.read().names.len()
     }
 
     pub(crate) fn send(&self, node: usize, msg: MigrateMsg) {
-        if let Some(Some(tx)) = self.to.get(node) {
+        if let Some(Some(tx)) = self.read().to.get(node) {
             let _ = tx.send(msg);
         }
     }
 
     /// To every other member still in the run.
     pub(crate) fn broadcast(&self, msg: MigrateMsg) {
-        for (node, tx) in self.to.iter().enumerate() {
+        let m = self.read();
+        for (node, tx) in m.to.iter().enumerate() {
             if let Some(tx) = tx
-                && !self.has_left(node)
+                && !m.left[node]
             {
                 let _ = tx.send(msg.clone());
             }
@@ -87,14 +110,23 @@ impl Link {
 
     /// Whether member `node` drained and left the run.
     pub(crate) fn has_left(&self, node: usize) -> bool {
-        self.left.get(node).is_some_and(|l| l.load(SeqCst))
+        self.read().left.get(node).copied().unwrap_or(false)
+    }
+
+    /// Marks member `node` as left; whether it was in the run.
+    fn set_left(&self, node: usize) -> bool {
+        self.write()
+            .left
+            .get_mut(node)
+            .is_some_and(|l| !std::mem::replace(l, true))
     }
 
     /// Per global worker: whether its member left the run.
     pub(crate) fn gone_workers(&self, global: usize) -> Vec<bool> {
+        let m = self.read();
         let mut gone = vec![false; global];
-        for (node, range) in self.workers.iter().enumerate() {
-            if self.has_left(node) {
+        for (node, range) in m.workers.iter().enumerate() {
+            if m.left[node] {
                 for w in range.clone().filter(|&w| w < global) {
                     gone[w] = true;
                 }
@@ -104,10 +136,26 @@ impl Link {
     }
 
     /// The other members still in the run.
-    fn others(&self) -> usize {
-        (0..self.to.len())
-            .filter(|&n| self.to[n].is_some() && !self.has_left(n))
-            .count()
+    pub(crate) fn others(&self) -> Vec<usize> {
+        let m = self.read();
+        (0..m.to.len())
+            .filter(|&n| m.to[n].is_some() && !m.left[n])
+            .collect()
+    }
+
+    /// Adds a member that joined the run, reached through `to`.
+    pub(crate) fn add(
+        &self,
+        name: String,
+        to: flume::Sender<MigrateMsg>,
+        workers: std::ops::Range<usize>,
+    ) -> usize {
+        let mut m = self.write();
+        m.names.push(name);
+        m.to.push(Some(to));
+        m.workers.push(workers);
+        m.left.push(false);
+        m.names.len() - 1
     }
 
     /// Takes every other member's lock for request `id` at `epoch`, or
@@ -118,7 +166,7 @@ impl Link {
         id: u64,
         epoch: u64,
     ) -> Result<(), RebalanceError> {
-        let others = self.others();
+        let others = self.others().len();
         while control.acks.1.try_recv().is_ok() {}
         self.broadcast(MigrateMsg::Begin {
             id,
@@ -173,43 +221,57 @@ pub(crate) fn start(cluster: &Cluster, shared: &Arc<Shared>) -> Vec<smol::Task<(
         return Vec::new();
     };
     let a = &cluster.assignment;
-    let mut to = Vec::new();
+    let mut members = Members::default();
     let mut tasks = Vec::new();
     for node in 0..a.members.len() {
-        if node == cluster.me {
-            to.push(None);
-            continue;
+        let left = cluster.left.get(node).copied().unwrap_or(false);
+        if node == cluster.me || left {
+            members.to.push(None);
+        } else {
+            let (tx, task) = spawn_control(
+                cluster.mesh.clone(),
+                cluster.addrs[node],
+                a.members[node].name.clone(),
+                node,
+                shared,
+            );
+            members.to.push(Some(tx));
+            tasks.push(task);
         }
-        let (tx, rx) = flume::unbounded();
-        to.push(Some(tx));
-        let (mesh, addr, name) = (
-            cluster.mesh.clone(),
-            cluster.addrs[node],
-            a.members[node].name.clone(),
-        );
-        let shared = shared.clone();
-        tasks.push(smol::spawn(async move {
-            if let Err(e) = send_control(mesh, addr, rx).await
-                && !shared.failed.load(Relaxed)
-                && !shared.halted.load(Relaxed)
-                && !shared.gone(node)
-            {
-                tracing::warn!("migration control stream to {name}: {e}");
-            }
-        }));
+        members.names.push(a.members[node].name.clone());
+        members
+            .workers
+            .push(a.first[node]..a.first[node] + a.members[node].workers as usize);
+        members.left.push(left);
     }
     let _ = control.mesh.set(Link {
         me: cluster.me,
-        names: a.members.iter().map(|m| m.name.clone()).collect(),
-        to,
-        workers: (0..a.members.len())
-            .map(|n| a.first[n]..a.first[n] + a.members[n].workers as usize)
-            .collect(),
-        left: (0..a.members.len())
-            .map(|_| AtomicBool::new(false))
-            .collect(),
+        members: RwLock::new(members),
     });
     tasks
+}
+
+/// The queue of a control stream to member `node` at `addr`, and the task
+/// writing it.
+pub(crate) fn spawn_control(
+    mesh: Arc<MeshNode>,
+    addr: SocketAddr,
+    name: String,
+    node: usize,
+    shared: &Arc<Shared>,
+) -> (flume::Sender<MigrateMsg>, smol::Task<()>) {
+    let (tx, rx) = flume::unbounded();
+    let shared = shared.clone();
+    let task = smol::spawn(async move {
+        if let Err(e) = send_control(mesh, addr, rx).await
+            && !shared.failed.load(Relaxed)
+            && !shared.halted.load(Relaxed)
+            && !shared.gone(node)
+        {
+            tracing::warn!("migration control stream to {name}: {e}");
+        }
+    });
+    (tx, task)
 }
 
 async fn send_control(
@@ -236,6 +298,9 @@ pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
     let peer = rx.peer().to_string();
     loop {
         match rx.recv().await {
+            Ok(Some(Frame::Migrate(
+                msg @ (MigrateMsg::JoinAsk { .. } | MigrateMsg::Joined { .. }),
+            ))) => super::join::on_msg(&shared, msg),
             Ok(Some(Frame::Migrate(msg))) => shared.on_migrate_msg(msg),
             Ok(Some(other)) => {
                 tracing::error!(
@@ -258,6 +323,33 @@ pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
 }
 
 impl Shared {
+    /// The bin assignment in force (epoch, global worker per bin), as the
+    /// controller's gossip publishes it. `None` while a migration runs
+    /// here (the assignment is between two epochs) or without migration
+    /// control; never waits for the lock a migration holds.
+    pub(crate) fn assignment_in_force(&self) -> Option<(u64, Vec<u32>)> {
+        let control = self.migration.as_ref()?;
+        if control.migrating.load(SeqCst) {
+            return None;
+        }
+        let coordinator = control.coordinator.try_lock().ok()?;
+        let a = coordinator.assignment();
+        Some((a.epoch, a.owners.clone()))
+    }
+
+    /// The members of a distributed run still in it: name and global
+    /// workers, in member order (`None` for a run alone).
+    pub(crate) fn members_in_run(&self) -> Option<Vec<(String, std::ops::Range<usize>)>> {
+        let link = self.migration.as_ref()?.mesh.get()?;
+        let m = link.read();
+        Some(
+            (0..m.names.len())
+                .filter(|&n| !m.left[n])
+                .map(|n| (m.names[n].clone(), m.workers[n].clone()))
+                .collect(),
+        )
+    }
+
     /// Whether this run is distributed over members with live migration
     /// between them (SIGTERM drains this member then).
     pub(crate) fn can_drain(&self) -> bool {
@@ -294,7 +386,7 @@ impl Shared {
             .ok_or("this run has no migration control")?;
         let link = control.mesh.get().ok_or("this is not a distributed run")?;
         let report = loop {
-            let mut gone = link.gone_workers(self.global_workers);
+            let mut gone = link.gone_workers(self.total_workers.load(SeqCst));
             gone.iter_mut()
                 .skip(self.first_worker)
                 .take(self.workers)
@@ -315,9 +407,7 @@ impl Shared {
             }
         };
         while control.acks.1.try_recv().is_ok() {}
-        let mut waiting: Vec<usize> = (0..link.to.len())
-            .filter(|&n| link.to[n].is_some() && !link.has_left(n))
-            .collect();
+        let mut waiting: Vec<usize> = link.others();
         link.broadcast(MigrateMsg::Leave {
             node: link.me as u16,
         });
@@ -327,7 +417,7 @@ impl Shared {
                 Ok(MigrateMsg::Left { node }) => waiting.retain(|&n| n != node as usize),
                 Ok(_) => {}
                 Err(_) => {
-                    let names: Vec<&str> = waiting.iter().map(|&n| link.name(n)).collect();
+                    let names: Vec<String> = waiting.iter().map(|&n| link.name(n)).collect();
                     return Err(format!(
                         "{} did not answer its leave in time",
                         names.join(", ")
@@ -363,17 +453,22 @@ impl Shared {
                 };
                 link.send(node as usize, answer);
             }
-            MigrateMsg::Accept { .. } | MigrateMsg::Refuse { .. } | MigrateMsg::Left { .. } => {
+            MigrateMsg::Accept { .. }
+            | MigrateMsg::Refuse { .. }
+            | MigrateMsg::Left { .. }
+            | MigrateMsg::JoinReady { .. }
+            | MigrateMsg::JoinStarted { .. } => {
                 let _ = control.acks.0.send(msg);
             }
+            // Handled by `join::on_msg`, and by a newcomer before its run.
+            MigrateMsg::JoinAsk { .. } | MigrateMsg::Joined { .. } | MigrateMsg::Welcome(_) => {}
             MigrateMsg::Leave { node } => {
                 let node = node as usize;
-                if let Some(l) = link.left.get(node) {
-                    l.store(true, SeqCst);
+                if link.set_left(node) {
+                    let name = link.name(node);
                     tracing::info!(
-                        member = link.name(node),
-                        "{} drained and left the run; the others go on without it",
-                        link.name(node)
+                        member = name.as_str(),
+                        "{name} drained and left the run; the others go on without it"
                     );
                 }
                 // Answer on the stream, then forget it.

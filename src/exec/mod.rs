@@ -7,6 +7,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
 pub(crate) mod heartbeat;
+pub(crate) mod join;
 
 pub(crate) mod metrics;
 mod migration;
@@ -86,6 +87,11 @@ pub(crate) struct Shared {
     /// SIGTERM drains this member: `End` on exchanges waits until it
     /// leaves.
     pub(crate) draining: AtomicBool,
+    /// Workers of the whole run now: `global_workers` grows when a node
+    /// joins (`join.rs`); the workers' own view grows with their senders.
+    pub(crate) total_workers: std::sync::atomic::AtomicUsize,
+    /// What adding a member that joins needs (a distributed run).
+    pub(crate) join: OnceLock<Arc<join::Hook>>,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)
@@ -187,6 +193,18 @@ pub(crate) struct ComponentReport {
     pub(crate) latency_us: Option<hdrhistogram::Histogram<u64>>,
 }
 
+/// A keyed component's per-bin counters on this node, summed over its
+/// workers (index = bin).
+#[derive(Clone, Debug)]
+pub(crate) struct BinCounters {
+    /// Index into the plan's nodes.
+    pub(crate) component: usize,
+    /// Records received per bin so far.
+    pub(crate) received: Vec<u64>,
+    /// State bytes per bin (windows; 0 for the others).
+    pub(crate) state_bytes: Vec<u64>,
+}
+
 /// How a run went.
 pub(crate) struct Report {
     pub(crate) elapsed: Duration,
@@ -197,6 +215,10 @@ pub(crate) struct Report {
     pub(crate) failure: Option<String>,
     /// `None` without checkpoints.
     pub(crate) checkpoints: Option<checkpoint::CheckpointStats>,
+    /// Keyed components' per-bin counters.
+    pub(crate) bins: Vec<BinCounters>,
+    /// Whether this node's workers own each bin.
+    pub(crate) owned_bins: Vec<bool>,
 }
 
 impl Reporter {
@@ -229,6 +251,53 @@ impl Reporter {
             .filter(|&&w| mine.contains(&usize::from(w)))
             .count();
         (s.workers, bins as u32)
+    }
+
+    /// Every keyed component's per-bin counters on this node.
+    pub(crate) fn bins(&self) -> Vec<BinCounters> {
+        let mut out = Vec::new();
+        for (i, instances) in self.metrics.iter().enumerate() {
+            let mut sum: Option<BinCounters> = None;
+            for m in instances {
+                let (received, bytes) = m.bins();
+                if received.is_empty() {
+                    continue;
+                }
+                let s = sum.get_or_insert_with(|| BinCounters {
+                    component: i,
+                    received: vec![0; received.len()],
+                    state_bytes: vec![0; bytes.len()],
+                });
+                s.received
+                    .iter_mut()
+                    .zip(received)
+                    .for_each(|(a, b)| *a += b);
+                s.state_bytes
+                    .iter_mut()
+                    .zip(bytes)
+                    .for_each(|(a, b)| *a += b);
+            }
+            out.extend(sum);
+        }
+        out
+    }
+
+    /// Whether this node's workers own each bin: in the assignment in
+    /// force, or, while a migration runs, the one the run started with.
+    pub(crate) fn owned_bins(&self) -> Vec<bool> {
+        let s = &self.shared;
+        let mine = s.first_worker..s.first_worker + s.workers;
+        match s.assignment_in_force() {
+            Some((_, owners)) => owners
+                .iter()
+                .map(|&w| mine.contains(&(w as usize)))
+                .collect(),
+            None => s
+                .assignment
+                .iter()
+                .map(|&w| mine.contains(&usize::from(w)))
+                .collect(),
+        }
     }
 
     pub(crate) fn report(&self) -> Report {
@@ -271,6 +340,8 @@ impl Reporter {
             dead_letters: self.shared.dead_letter.count(),
             dead_letter_path: self.shared.dead_letter.path().to_path_buf(),
             checkpoints: self.shared.checkpoints.as_ref().map(|c| c.stats()),
+            bins: self.bins(),
+            owned_bins: self.owned_bins(),
             failure: self
                 .shared
                 .failure

@@ -47,6 +47,10 @@ pub(crate) struct Cluster {
     /// The mesh address of every member, in `assignment.members` order.
     pub(crate) addrs: Vec<SocketAddr>,
     pub(crate) mesh: Arc<MeshNode>,
+    /// Per member: it drained and left the run before this node joined.
+    pub(crate) left: Vec<bool>,
+    /// Set when this node joins a running run (`join.rs`).
+    pub(crate) join: Option<super::join::Joining>,
 }
 
 /// One keyed exchange as the remote half sees it.
@@ -62,10 +66,13 @@ pub(crate) struct RemoteExchange {
     /// `[edge][local worker][global worker]`: the queue to that worker if
     /// it is on another node.
     pub(crate) queues: Vec<Vec<Vec<Option<flume::Sender<Message>>>>>,
-    senders: Vec<smol::Task<()>>,
+    /// Shared with `join.rs`, which adds those to a member that joins.
+    senders: Arc<std::sync::Mutex<Vec<smol::Task<()>>>>,
     _dispatch: smol::Task<()>,
     /// The migration control streams to the other members.
     _control: Vec<smol::Task<()>>,
+    /// This member's activity logs to the other members.
+    _trace: (Vec<smol::Task<()>>, crate::trace::peers::Attached),
 }
 
 impl RemoteExchange {
@@ -102,6 +109,9 @@ impl RemoteExchange {
                     let (tx, rx) = flume::bounded(shared.channel_capacity);
                     per_global.push(Some(tx));
                     let node = a.node_of_worker(g);
+                    if cluster.left.get(node).copied().unwrap_or(false) {
+                        continue; // never read: a member that left before this one joined
+                    }
                     let link = Link {
                         mesh: cluster.mesh.clone(),
                         addr: cluster.addrs[node],
@@ -113,43 +123,37 @@ impl RemoteExchange {
                             receiver: g as u16,
                         },
                     };
-                    let shared = shared.clone();
-                    senders.push(smol::spawn(async move {
-                        let name = link.name.clone();
-                        if let Err(e) = send_stream(link, rx, &shared, first + l).await
-                            && !shared.failed.load(Relaxed)
-                            && !shared.halted.load(Relaxed)
-                        {
-                            if shared.gone(node) {
-                                tracing::debug!("exchange {edge} to {name} (left the run): {e}");
-                                return;
-                            }
-                            shared.fail(format!(
-                                "exchange {edge} to {name}: {e}; a distributed run needs every member until it ends"
-                            ));
-                        }
-                    }));
+                    senders.push(spawn_sender(link, rx, shared, node, first + l));
                 }
                 per_local.push(per_global);
             }
             queues.push(per_local);
         }
+        let senders = Arc::new(std::sync::Mutex::new(senders));
         let control = super::migration_mesh::start(cluster, shared);
-        // Exchange streams, and a control stream from every other member.
-        let expected = edges.len() * local * (total - local) + a.members.len() - 1;
+        let trace = start_trace(cluster, shared);
+        let hook = super::join::Hook::new(cluster, edges.len(), senders.clone());
+        let _ = shared.join.set(hook.clone());
         let dispatch = Dispatch {
-            assignment: a.clone(),
+            hook,
             me: cluster.me,
             edges,
             shared: shared.clone(),
         };
         let incoming = cluster.mesh.incoming();
-        let task = smol::spawn(async move { dispatch.run(incoming, expected).await });
+        // Streams a joining node took while it waited for its welcome.
+        let pending = cluster
+            .join
+            .as_ref()
+            .map(|j| j.take_pending())
+            .unwrap_or_default();
+        let task = smol::spawn(async move { dispatch.run(pending, incoming).await });
         Ok(RemoteExchange {
             queues,
             senders,
             _dispatch: task,
             _control: control,
+            _trace: trace,
         })
     }
 
@@ -160,10 +164,11 @@ impl RemoteExchange {
         if shared.failed.load(Relaxed) || shared.halted.load(Relaxed) {
             return;
         }
+        let senders = std::mem::take(&mut *self.senders.lock().unwrap_or_else(|e| e.into_inner()));
         let delivered = smol::block_on(crate::mesh::endpoint::with_timeout(
             DELIVERY_TIMEOUT,
             async {
-                for t in self.senders {
+                for t in senders {
                     t.await;
                 }
             },
@@ -177,11 +182,42 @@ impl RemoteExchange {
 }
 
 /// Where a sender task writes.
-struct Link {
-    mesh: Arc<MeshNode>,
-    addr: SocketAddr,
-    name: String,
-    kind: StreamKind,
+pub(crate) struct Link {
+    pub(crate) mesh: Arc<MeshNode>,
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: String,
+    pub(crate) kind: StreamKind,
+}
+
+/// The task moving the queue of global worker `worker` onto its stream to
+/// member `node`; a failure fails the run unless that member left.
+pub(crate) fn spawn_sender(
+    link: Link,
+    rx: flume::Receiver<Message>,
+    shared: &Arc<Shared>,
+    node: usize,
+    worker: usize,
+) -> smol::Task<()> {
+    let shared = shared.clone();
+    let edge = match link.kind {
+        StreamKind::Exchange { edge, .. } => edge,
+        _ => 0,
+    };
+    smol::spawn(async move {
+        let name = link.name.clone();
+        if let Err(e) = send_stream(link, rx, &shared, worker).await
+            && !shared.failed.load(Relaxed)
+            && !shared.halted.load(Relaxed)
+        {
+            if shared.gone(node) {
+                tracing::debug!("exchange {edge} to {name} (left the run): {e}");
+                return;
+            }
+            shared.fail(format!(
+                "exchange {edge} to {name}: {e}; a distributed run needs every member until it ends"
+            ));
+        }
+    })
 }
 
 /// Moves one queue onto its stream until the end marker, then waits until
@@ -315,20 +351,32 @@ fn link_trace(kind: &StreamKind, peer: &str, outgoing: bool) -> (LaneTrace, Wire
 /// Takes the streams peers open and starts a reader for each exchange
 /// stream, after checking it belongs to this run.
 struct Dispatch {
-    assignment: Arc<Assignment>,
+    /// The assignment grows when a node joins.
+    hook: Arc<super::join::Hook>,
     me: usize,
     edges: Vec<RemoteEdge>,
     shared: Arc<Shared>,
 }
 
 impl Dispatch {
-    async fn run(self, incoming: flume::Receiver<IncomingStream>, expected: usize) {
+    /// Until the mesh closes: a node may join the run at any time.
+    async fn run(self, pending: Vec<IncomingStream>, incoming: flume::Receiver<IncomingStream>) {
         let mut seen = HashSet::new();
-        while seen.len() < expected {
-            let Ok(stream) = incoming.recv_async().await else {
-                return;
+        let mut pending = pending.into_iter();
+        loop {
+            let stream = match pending.next() {
+                Some(s) => s,
+                None => match incoming.recv_async().await {
+                    Ok(s) => s,
+                    Err(_) => return,
+                },
             };
             let peer = stream.receiver.peer().to_string();
+            if stream.kind == StreamKind::Trace {
+                seen.insert((usize::MAX - 1, usize::MAX, seen.len()));
+                smol::spawn(read_trace(stream.receiver)).detach();
+                continue;
+            }
             if stream.kind == StreamKind::Control {
                 seen.insert((usize::MAX, usize::MAX, seen.len()));
                 smol::spawn(super::migration_mesh::read_control(
@@ -349,7 +397,8 @@ impl Dispatch {
                 continue;
             };
             let (edge, sender, receiver) = (edge as usize, sender as usize, receiver as usize);
-            let a = &self.assignment;
+            let a = self.hook.assignment();
+            let a = &a;
             let total = a.total_workers();
             let first = a.first[self.me];
             let local = a.members[self.me].workers as usize;
@@ -388,7 +437,7 @@ impl Dispatch {
             };
             let reader = Reader {
                 trace: link_trace(&stream.kind, &peer, false),
-                rx: stream.receiver,
+                rx: Incoming::new(stream.receiver),
                 schema: self.edges[edge].schema.clone(),
                 inbox: self.edges[edge].inboxes[receiver - first].clone(),
                 sender: sender as u32,
@@ -412,9 +461,136 @@ impl Dispatch {
     }
 }
 
+/// Opens a trace stream to every other member, fed by the trace collector
+/// (`trace::peers`) until the run ends.
+fn start_trace(
+    cluster: &Cluster,
+    shared: &Arc<Shared>,
+) -> (Vec<smol::Task<()>>, crate::trace::peers::Attached) {
+    let a = &cluster.assignment;
+    let mut queues = Vec::new();
+    let mut tasks = Vec::new();
+    for node in (0..a.members.len()).filter(|&n| n != cluster.me && !cluster.left[n]) {
+        let (tx, rx) = flume::bounded(crate::trace::peers::PEER_QUEUE);
+        let name = a.members[node].name.clone();
+        queues.push((name.clone(), tx));
+        let (mesh, addr, shared) = (cluster.mesh.clone(), cluster.addrs[node], shared.clone());
+        tasks.push(smol::spawn(async move {
+            let sent = async {
+                let peer = mesh.connect(addr).await.map_err(|e| e.to_string())?;
+                let mut tx = peer
+                    .open_stream(StreamKind::Trace)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                while let Ok(msg) = rx.recv_async().await {
+                    tx.send(&Frame::Trace(msg))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok::<(), String>(())
+            };
+            if let Err(e) = sent.await
+                && !shared.failed.load(Relaxed)
+                && !shared.halted.load(Relaxed)
+                && !shared.gone(node)
+            {
+                tracing::warn!("trace stream to {name}: {e}; its analysis misses this node");
+            }
+        }));
+    }
+    (tasks, crate::trace::peers::attach(queues))
+}
+
+/// Reads a member's trace stream. A frame that is not a trace message
+/// closes it with an error naming the peer; the run goes on.
+async fn read_trace(mut rx: FrameReceiver) {
+    let (peer, name) = (rx.peer().to_string(), rx.peer().name.clone());
+    loop {
+        match rx.recv().await {
+            Ok(Some(Frame::Trace(msg))) => crate::trace::peers::received(&name, msg),
+            Ok(Some(other)) => {
+                tracing::error!("closing the trace stream from {peer}: unexpected frame {other:?}");
+                return;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!("trace stream from {peer}: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// An exchange stream as its reader takes it: straight from the mesh, or,
+/// for tests of a slow link (`EDDY_TEST_LINK_DELAY=50ms` in the receiving
+/// member's environment), each frame held for that long after it arrived,
+/// as a link with that much more latency would (frames keep flowing
+/// meanwhile; only their delivery is late).
+enum Incoming {
+    Direct(FrameReceiver),
+    Delayed {
+        rx: flume::Receiver<(std::time::Instant, Result<Option<Frame>, String>)>,
+        delay: Duration,
+        _pump: smol::Task<()>,
+    },
+}
+
+impl Incoming {
+    fn new(rx: FrameReceiver) -> Incoming {
+        static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+        let delay = *DELAY.get_or_init(|| {
+            let text = std::env::var("EDDY_TEST_LINK_DELAY").ok()?;
+            let d = crate::config::parse_duration(&text)
+                .map_err(|e| tracing::error!("EDDY_TEST_LINK_DELAY={text:?}: {e}; not delaying"))
+                .ok()?;
+            tracing::warn!("test hook: every exchange stream into this member is delayed {d:?}");
+            Some(d)
+        });
+        let Some(delay) = delay else {
+            return Incoming::Direct(rx);
+        };
+        // Bounded: a reader that stops taking still stops the sender.
+        let (tx, delayed) = flume::bounded(1024);
+        let pump = smol::spawn(async move {
+            let mut rx = rx;
+            loop {
+                let frame = rx.recv().await.map_err(|e| e.to_string());
+                let last = !matches!(frame, Ok(Some(_)));
+                if tx
+                    .send_async((std::time::Instant::now(), frame))
+                    .await
+                    .is_err()
+                    || last
+                {
+                    return;
+                }
+            }
+        });
+        Incoming::Delayed {
+            rx: delayed,
+            delay,
+            _pump: pump,
+        }
+    }
+
+    async fn recv(&mut self) -> Result<Option<Frame>, String> {
+        match self {
+            Incoming::Direct(rx) => rx.recv().await.map_err(|e| e.to_string()),
+            Incoming::Delayed { rx, delay, .. } => {
+                let (arrived, frame) = rx
+                    .recv_async()
+                    .await
+                    .map_err(|_| "the delayed stream's reader stopped".to_string())?;
+                smol::Timer::at(arrived + *delay).await;
+                frame
+            }
+        }
+    }
+}
+
 /// Reads one exchange stream into a worker's inbox.
 struct Reader {
-    rx: FrameReceiver,
+    rx: Incoming,
     schema: SchemaRef,
     inbox: flume::Sender<Message>,
     sender: u32,
@@ -432,7 +608,7 @@ impl Reader {
         let mut state: Option<(u64, u32, u32, super::migration::BinState)> = None;
         let (trace, ids) = &mut self.trace;
         loop {
-            let frame = self.rx.recv().await.map_err(|e| e.to_string())?;
+            let frame = self.rx.recv().await?;
             let body = match frame {
                 None if ended => return Ok(()),
                 None => return Err("the stream ended before its end marker".into()),
@@ -539,7 +715,8 @@ mod tests {
     /// sent); once the inbox drains, everything arrives, in order.
     #[test]
     fn a_full_inbox_stops_the_stream() {
-        const FRAMES: i64 = 200; // ~13 MB, far over QUIC's stream window
+        // ~33 MB, far over QUIC's 8 MiB stream receive window (`mesh::endpoint`).
+        const FRAMES: i64 = 500;
         const INBOX: usize = 4;
         let ca = ca::generate_ca("blue", 1).expect("ca");
         let (a, b) = (endpoint(&ca, "a"), endpoint(&ca, "b"));
@@ -579,7 +756,7 @@ mod tests {
             let (got_kind, rx) = from_a.accept_stream().await.expect("accept stream");
             assert_eq!(got_kind, kind);
             let reader = Reader {
-                rx,
+                rx: Incoming::Direct(rx),
                 schema: schema.clone(),
                 inbox: inbox_tx,
                 sender: 0,
@@ -681,7 +858,7 @@ mod tests {
             let (_, rx) = from_a.accept_stream().await.expect("accept stream");
             let (inbox_tx, inbox) = flume::unbounded();
             let reader = Reader {
-                rx,
+                rx: Incoming::Direct(rx),
                 schema: schema.clone(),
                 inbox: inbox_tx,
                 sender: 0,
@@ -717,7 +894,7 @@ mod tests {
             let (_, rx) = from_a.accept_stream().await.expect("accept stream");
             let (inbox_tx, _inbox) = flume::unbounded();
             let reader = Reader {
-                rx,
+                rx: Incoming::Direct(rx),
                 schema,
                 inbox: inbox_tx,
                 sender: 0,

@@ -89,11 +89,34 @@ pub(crate) fn start_with(
             keyed.push(crate::migrate::KeyedNode { node: i, ports });
         }
     }
+    // A node that joins a running run starts at the run's assignment
+    // epoch, without the workers of members that left before it came.
+    let (epoch, gone) = match &cluster {
+        Some(c) => {
+            let a = &c.assignment;
+            let mut gone = vec![false; global_workers];
+            for (node, &left) in c.left.iter().enumerate() {
+                if left {
+                    let range = a.first[node]..a.first[node] + a.members[node].workers as usize;
+                    gone[range].iter_mut().for_each(|g| *g = true);
+                }
+            }
+            (c.join.as_ref().map_or(0, |j| j.welcome.epoch), gone)
+        }
+        None => (0, vec![false; global_workers]),
+    };
+    let joining = cluster.as_ref().is_some_and(|c| c.join.is_some());
+    let joined = cluster.as_ref().and_then(|c| {
+        let w = &c.join.as_ref()?.welcome;
+        Some((w.sponsor as usize, w.node, w.epoch))
+    });
     let (migration, mut migrations) = super::migration::setup(
         workers,
         first_worker,
         global_workers,
         &assignment,
+        epoch,
+        &gone,
         &keyed,
         state_edge,
     );
@@ -120,6 +143,8 @@ pub(crate) fn start_with(
         left: AtomicBool::new(false),
         ended_exchange: AtomicBool::new(false),
         draining: AtomicBool::new(false),
+        total_workers: global_workers.into(),
+        join: OnceLock::new(),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.
@@ -137,8 +162,20 @@ pub(crate) fn start_with(
         Arc::new(move |m| shared.fail(m))
     };
     let n = plan.nodes.len();
+    // Keyed operators count their input and state per bin as well.
     let metrics: Vec<Vec<Arc<OpMetrics>>> = (0..n)
-        .map(|_| (0..workers).map(|_| Arc::default()).collect())
+        .map(|i| {
+            let keyed = plan.nodes[i].inputs.iter().any(|p| p.exchange.is_some());
+            (0..workers)
+                .map(|_| {
+                    Arc::new(if keyed {
+                        OpMetrics::keyed(plan.node.bins)
+                    } else {
+                        OpMetrics::default()
+                    })
+                })
+                .collect()
+        })
         .collect();
     let latency: Vec<Option<Arc<Latency>>> = plan
         .nodes
@@ -240,8 +277,11 @@ pub(crate) fn start_with(
             target,
             header,
             plan.node.channel_capacity,
-            fail.clone(),
-            stop,
+            std::time::Duration::from_millis(plan.node.flush_interval_ms),
+            io::WriterHooks {
+                fail: fail.clone(),
+                stop,
+            },
             exactly_once,
         )
         .map_err(|e| format!("sinks.{}: cannot open {what}: {e}", node.id))?;
@@ -426,14 +466,23 @@ pub(crate) fn start_with(
                 .inputs
                 .iter()
                 .map(|input| {
-                    Port::new(
+                    let mut port = Port::new(
                         if input.exchange.is_some() {
                             global_workers
                         } else {
                             1
                         },
                         checkpoint,
-                    )
+                    );
+                    if input.exchange.is_some() {
+                        // Members that left before this node joined send
+                        // nothing more.
+                        for (w, _) in gone.iter().enumerate().filter(|(_, g)| **g) {
+                            port.ended[w] = true;
+                            port.watermarks[w] = crate::kernel::watermark::WATERMARK_END;
+                        }
+                    }
+                    port
                 })
                 .collect();
             let op = instantiate(
@@ -446,10 +495,16 @@ pub(crate) fn start_with(
                 &taps,
             );
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
+                // The run's generated stream is split over the members it
+                // started with: a node that joins has no share of it.
+                OpSpec::Generator(g) if joining => {
+                    Some((Box::new(EmptySource), Some(g.max_out_of_orderness_ms)))
+                }
                 OpSpec::Generator(g) => Some((
                     Box::new(GeneratorTask::new(
                         &g.spec,
                         g.rate,
+                        &g.rate_steps,
                         g.count,
                         // Each node generates its slice of the stream.
                         first_worker + w,
@@ -640,6 +695,16 @@ pub(crate) fn start_with(
         ),
         _ => None,
     };
+    if let Some(hook) = shared.join.get() {
+        let _ = hook.strategy.set(plan.node.migration.strategy);
+    }
+    if let Some((sponsor, node, epoch)) = joined {
+        tracing::info!(
+            "joined run at epoch {epoch} as member {node} (workers {first_worker}-{}); its bins come from the others (sponsor: member {sponsor})",
+            first_worker + workers - 1
+        );
+        shared.join_started(sponsor);
+    }
     stop_on_error.0 = None;
     Ok(Running {
         reporter: super::Reporter {

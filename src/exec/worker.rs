@@ -286,6 +286,18 @@ impl Worker {
         rows_in: u64,
         f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
     ) {
+        self.call_as(node, rows_in, Processing, f);
+    }
+
+    /// As [`call`](Self::call), traced as `activity` (live migration's
+    /// installs are not processing).
+    pub(super) fn call_as(
+        &mut self,
+        node: usize,
+        rows_in: u64,
+        activity: crate::trace::Kind,
+        f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
+    ) {
         let t = self.trace.begin();
         let state = &mut self.nodes[node];
         let Some(mut op) = state.op.take() else {
@@ -324,7 +336,7 @@ impl Worker {
         }
         state.op = Some(op);
         state.emitted = out;
-        self.trace.end(t, Processing, node);
+        self.trace.end(t, activity, node);
         self.route_emitted(node);
     }
 
@@ -360,7 +372,7 @@ impl Worker {
         let hashes = self.edges[edge].key.hash_rows(&batch);
         if workers == 1 {
             batch.set_key_hash(hashes);
-            self.deliver(to, port, batch);
+            self.deliver_keyed(to, port, batch);
             return;
         }
         let bins = self.shared.bins;
@@ -721,7 +733,7 @@ impl Worker {
         body: Body,
         local: impl FnOnce(&mut Self, usize, usize),
     ) {
-        for w in 0..self.shared.global_workers {
+        for w in 0..self.edges[edge].senders.len() {
             if w != self.global {
                 let b = match &body {
                     Body::Watermark(x) => Body::Watermark(*x),

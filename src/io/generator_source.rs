@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::RateStep;
 use crate::data::BatchBuilder;
 use crate::exec::clock::now_ns;
 use crate::exec::operator::{SourcePoll, SourceTask};
@@ -46,20 +47,26 @@ enum Positions {
 }
 
 impl GeneratorTask {
-    /// `resume`: the `(split, next index)` positions of a checkpoint.
+    /// `resume`: the `(split, next index)` positions of a checkpoint;
+    /// `steps`: the rates that replace `rate` from their time on.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         spec: &GeneratorSpec,
         rate: Option<u64>,
+        steps: &[RateStep],
         count: Option<u64>,
         worker: usize,
         workers: usize,
         batch_size: usize,
         resume: Option<&[(u32, Vec<u8>)]>,
     ) -> Self {
-        let share = rate.map(|r| {
-            // Spread the rate so the shares add up to it exactly.
-            let base = r / workers as u64;
-            base + u64::from((worker as u64) < r % workers as u64)
+        // Spread each rate so the shares add up to it exactly.
+        let share = |r: u64| r / workers as u64 + u64::from((worker as u64) < r % workers as u64);
+        let pacer = rate.and_then(|r| {
+            let mut segments = vec![(Duration::ZERO, share(r))];
+            segments.extend(steps.iter().map(|s| (s.at, share(s.events_per_second))));
+            // Without steps, a zero share is unpaced, as it always was.
+            (!steps.is_empty() || share(r) > 0).then(|| Pacer::new(segments))
         });
         let (w, n) = (worker as u64, workers as u64);
         let (first, last) = (w * SPLITS / n, (w + 1) * SPLITS / n);
@@ -76,7 +83,7 @@ impl GeneratorTask {
             positions: lockstep(first, &next).unwrap_or(Positions::Each(next)),
             end: count.unwrap_or(u64::MAX),
             batch_size,
-            pacer: share.filter(|&r| r > 0).map(Pacer::new),
+            pacer,
         }
     }
 
@@ -252,31 +259,67 @@ impl SourceTask for GeneratorTask {
     }
 }
 
-/// Paces a rate: by time `t` after start, `t * rate` events are due.
+/// Paces a rate schedule: by time `t` after start, the integral of the
+/// rate up to `t` is due (with one rate: `t * rate`). Events that could not
+/// go out in time (backpressure) are due at once when it clears.
 struct Pacer {
     start: Instant,
-    rate: u64,
+    /// (from, events per second), `from` increasing, the first at zero.
+    segments: Vec<(Duration, u64)>,
     produced: u64,
 }
 
+const NS: u128 = 1_000_000_000;
+
 impl Pacer {
-    fn new(rate: u64) -> Pacer {
+    fn new(segments: Vec<(Duration, u64)>) -> Pacer {
         Pacer {
             start: Instant::now(),
-            rate,
+            segments,
             produced: 0,
         }
     }
 
-    fn due(&self, now: Instant) -> u64 {
-        let allowed =
-            (now.duration_since(self.start).as_nanos() * self.rate as u128 / 1_000_000_000) as u64;
-        allowed.saturating_sub(self.produced)
+    /// Segment `k`'s span in ns (`None`: the last, endless).
+    fn len_ns(&self, k: usize) -> Option<u128> {
+        let from = self.segments[k].0.as_nanos();
+        self.segments.get(k + 1).map(|n| n.0.as_nanos() - from)
     }
 
+    /// Events due by `elapsed` after start.
+    fn allowed(&self, elapsed: Duration) -> u64 {
+        let t = elapsed.as_nanos();
+        let mut sum: u128 = 0;
+        for (k, &(from, rate)) in self.segments.iter().enumerate() {
+            let from = from.as_nanos();
+            if t <= from {
+                break;
+            }
+            let span = self.len_ns(k).map_or(t - from, |len| len.min(t - from));
+            sum += span * u128::from(rate) / NS;
+        }
+        sum.min(u128::from(u64::MAX)) as u64
+    }
+
+    fn due(&self, now: Instant) -> u64 {
+        self.allowed(now.duration_since(self.start))
+            .saturating_sub(self.produced)
+    }
+
+    /// When the next event is due (far ahead when no rate follows).
     fn next_due(&self) -> Instant {
-        let nanos = (self.produced + 1) as u128 * 1_000_000_000 / self.rate as u128;
-        self.start + Duration::from_nanos(nanos as u64)
+        let target = u128::from(self.produced) + 1;
+        let mut before: u128 = 0;
+        for (k, &(from, rate)) in self.segments.iter().enumerate() {
+            let whole = self.len_ns(k).map(|len| len * u128::from(rate) / NS);
+            if rate > 0 && whole.is_none_or(|w| before + w >= target) {
+                let nanos = ((target - before) * NS).div_ceil(u128::from(rate));
+                let at = from.as_nanos() + nanos;
+                return self.start + Duration::from_nanos(at.min(u128::from(u64::MAX)) as u64);
+            }
+            before += whole.unwrap_or(0);
+        }
+        Instant::now() + Duration::from_secs(3600)
     }
 }
 
@@ -303,6 +346,7 @@ mod tests {
         let one: Vec<i64> = keys_of(&mut GeneratorTask::new(
             &spec,
             None,
+            &[],
             Some(count),
             0,
             1,
@@ -314,7 +358,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut positions = Vec::new();
         for w in 0..3 {
-            let mut t = GeneratorTask::new(&spec, None, Some(count), w, 3, 64, None);
+            let mut t = GeneratorTask::new(&spec, None, &[], Some(count), w, 3, 64, None);
             for _ in 0..(w + 2) {
                 if let SourcePoll::Batch(b) = t.poll(false) {
                     seen.extend_from_slice(b.column(2).ints());
@@ -323,7 +367,8 @@ mod tests {
             positions.extend(t.position());
         }
         for w in 0..2 {
-            let mut t = GeneratorTask::new(&spec, None, Some(count), w, 2, 64, Some(&positions));
+            let mut t =
+                GeneratorTask::new(&spec, None, &[], Some(count), w, 2, 64, Some(&positions));
             seen.extend(keys_of(&mut t));
         }
         seen.sort();
@@ -351,7 +396,7 @@ mod tests {
             for batch in [1, 100, 1024] {
                 for w in 0..workers {
                     let mut t =
-                        GeneratorTask::new(&spec, None, Some(count), w, workers, batch, None);
+                        GeneratorTask::new(&spec, None, &[], Some(count), w, workers, batch, None);
                     let (first, start) = (t.first_split, t.next_indices());
                     assert!(matches!(t.positions, Positions::Lockstep { .. }));
                     let mut got = Vec::new();
@@ -386,7 +431,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut t = GeneratorTask::new(&spec, None, Some(count), 0, 1, 500, Some(&positions));
+        let mut t = GeneratorTask::new(&spec, None, &[], Some(count), 0, 1, 500, Some(&positions));
         let start = t.next_indices();
         assert!(matches!(t.positions, Positions::Each(_)));
         let mut got = Vec::new();
@@ -404,6 +449,7 @@ mod tests {
             let ts = keys_of(&mut GeneratorTask::new(
                 &spec,
                 None,
+                &[],
                 Some(50_000),
                 w,
                 n,
@@ -415,5 +461,29 @@ mod tests {
                 "worker {w} of {n} goes back in time"
             );
         }
+    }
+
+    #[test]
+    fn a_rate_schedule_is_paced_as_its_integral() {
+        let step = |ms: u64, r: u64| (Duration::from_millis(ms), r);
+        let p = Pacer::new(vec![
+            step(0, 100),
+            step(1000, 1000),
+            step(2000, 0),
+            step(3000, 10),
+        ]);
+        let at = |ms: u64| p.allowed(Duration::from_millis(ms));
+        assert_eq!(at(500), 50);
+        assert_eq!(at(1000), 100);
+        assert_eq!(at(1500), 600);
+        assert_eq!(at(2500), 1100, "a zero rate pauses");
+        assert_eq!(at(4000), 1110);
+        let mut p = p;
+        p.produced = 100;
+        let next = p.next_due().duration_since(p.start);
+        assert_eq!(next, Duration::from_millis(1001));
+        p.produced = 1100;
+        let next = p.next_due().duration_since(p.start);
+        assert_eq!(next, Duration::from_millis(3100), "skips the pause");
     }
 }

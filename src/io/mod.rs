@@ -44,5 +44,5 @@ pub(crate) use tcp_source::{TcpSourceArgs, bind_tcp_source, spawn_tcp_source};
 pub(crate) use udp_sink::spawn_udp_sink;
 pub(crate) use udp_source::{UdpSourceArgs, bind_udp_source, spawn_udp_source};
 pub(crate) use writer::{
-    ExactlyOnce, SinkWriter as SinkWriterHandle, Target, WriterMsg, spawn_writer,
+    ExactlyOnce, SinkWriter as SinkWriterHandle, Target, WriterHooks, WriterMsg, spawn_writer,
 };

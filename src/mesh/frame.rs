@@ -60,6 +60,9 @@ pub enum StreamKind {
         sender: u16,
         receiver: u16,
     },
+    /// Activity logs for critical-path analysis ([`Frame::Trace`]), one
+    /// stream from each member of a distributed run to each other.
+    Trace,
 }
 
 /// A marker in a data stream: it orders what came before it from what
@@ -164,6 +167,57 @@ pub enum MigrateMsg {
     Left {
         node: u16,
     },
+    /// A node started after the run began asks a member (its sponsor) to
+    /// join the run (`exec::join`).
+    JoinAsk {
+        name: String,
+        addr: String,
+        workers: u16,
+    },
+    /// The sponsor, holding the cluster-wide lock of request `id`, to the
+    /// other members: add member `node` with global workers from `first`.
+    Joined {
+        id: u64,
+        sponsor: u16,
+        node: u16,
+        name: String,
+        addr: String,
+        workers: u16,
+        first: u32,
+    },
+    /// Member `node` added the newcomer; `watermark` is the highest
+    /// operator watermark its workers had then.
+    JoinReady {
+        node: u16,
+        watermark: i64,
+    },
+    /// The sponsor to the newcomer: what it needs to start its part.
+    Welcome(JoinWelcome),
+    /// The newcomer `node` runs its part: its bins may come.
+    JoinStarted {
+        node: u16,
+    },
+}
+
+/// The run as a newcomer joins it (`MigrateMsg::Welcome`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinWelcome {
+    /// The newcomer's index among the members.
+    pub node: u16,
+    /// The sponsor's index.
+    pub sponsor: u16,
+    /// The epoch of the assignment the run started with (exchange streams
+    /// carry it).
+    pub run_epoch: u64,
+    /// The assignment in force: its epoch and the global worker per bin.
+    pub epoch: u64,
+    pub owners: Vec<u32>,
+    /// Every member (the newcomer last): name, mesh address, workers, and
+    /// whether it drained and left.
+    pub members: Vec<(String, String, u16, bool)>,
+    /// The highest operator watermark of the run when it was added: the
+    /// newcomer's records older than it are late.
+    pub watermark: i64,
 }
 
 /// Everything that travels on mesh streams. Append new variants at the end:
@@ -187,6 +241,40 @@ pub enum Frame {
     Marker(Marker),
     BinState(BinState),
     Migrate(MigrateMsg),
+    Trace(TraceMsg),
+}
+
+/// What one member tells another about tracing, so that every member
+/// analyses the activity graph of the whole run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TraceMsg {
+    /// Tracing was switched on this member's local API: switch too.
+    Switch { enabled: bool, window_ms: u64 },
+    /// Events the sender's lanes logged since its previous message.
+    Events(TraceEvents),
+}
+
+/// Events of some of the sender's lanes. Times are Unix nanoseconds (the
+/// members' clocks are assumed synchronised, as SnailTrail assumes), as
+/// offsets from `base_unix_ns` so that most fit in a few varint bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvents {
+    pub base_unix_ns: u64,
+    pub lanes: Vec<TraceLane>,
+}
+
+/// One lane (a worker or an exchange stream's task) of the sender.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceLane {
+    /// Unique among the sender's lanes while it runs.
+    pub id: u64,
+    pub label: String,
+    /// Whether a gap between its spans is waiting (an exchange task) rather
+    /// than unknown (a worker's loop).
+    pub gap_waits: bool,
+    pub ops: Vec<String>,
+    /// `(start - base, end - start, kind, operator, message id)`.
+    pub events: Vec<(u64, u64, u8, u16, u64)>,
 }
 
 /// `Vec<u8>` fields as serde bytes rather than a sequence of `u8`. Postcard
@@ -501,6 +589,33 @@ mod tests {
                 reason: "busy".into(),
             }),
             Frame::Migrate(MigrateMsg::Abort { id: rng.random() }),
+            Frame::Open(StreamKind::Trace),
+            Frame::Trace(TraceMsg::Switch {
+                enabled: rng.random(),
+                window_ms: rng.random(),
+            }),
+            Frame::Trace(TraceMsg::Events(TraceEvents {
+                base_unix_ns: rng.random(),
+                lanes: (0..rng.random_range(0..4u64))
+                    .map(|id| TraceLane {
+                        id,
+                        label: format!("worker {id}"),
+                        gap_waits: rng.random(),
+                        ops: vec!["map".into()],
+                        events: (0..rng.random_range(0..100))
+                            .map(|_| {
+                                (
+                                    rng.random(),
+                                    rng.random(),
+                                    rng.random(),
+                                    rng.random(),
+                                    rng.random(),
+                                )
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })),
             Frame::Migrate(MigrateMsg::Prepare {
                 epoch: rng.random(),
                 moves: (0..rng.random_range(0..50u32))

@@ -109,7 +109,7 @@ impl NodeIdentity {
             cert_chain: chain,
             key,
             roots: Arc::new(roots),
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            provider: Arc::new(provider()),
         };
         // Check our own certificate as a peer would, so a node with an
         // expired or foreign certificate fails at start with a clear message
@@ -338,6 +338,24 @@ impl ServerCertVerifier for ClusterServerVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+/// ring's provider with AES-128-GCM first: every mesh byte is sealed and
+/// opened once per hop, and on this kind of CPU AES-128-GCM does that
+/// 10–25% faster than the AES-256-GCM rustls would pick first (the mesh
+/// bench measures both). AES-256-GCM and ChaCha20-Poly1305 stay accepted.
+fn provider() -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::ring::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+    };
+    rustls::crypto::CryptoProvider {
+        cipher_suites: vec![
+            TLS13_AES_128_GCM_SHA256,
+            TLS13_AES_256_GCM_SHA384,
+            TLS13_CHACHA20_POLY1305_SHA256,
+        ],
+        ..rustls::crypto::ring::default_provider()
     }
 }
 

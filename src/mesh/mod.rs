@@ -11,6 +11,7 @@
 //! - [`endpoint`]: one quinn endpoint (smol) that listens and connects, with
 //!   the `Hello` version handshake on a control stream.
 //! - [`streams`]: framed QUIC streams: per worker pair, control, state.
+//! - [`runtime`]: the thread each endpoint's QUIC work runs on.
 //! - [`membership`]: foca SWIM as a sans-IO state machine with a member table.
 //! - [`payload`]: per-node gossip payloads, newer versions replacing older.
 //! - [`driver`]: moves membership packets over QUIC datagrams.
@@ -30,6 +31,7 @@ pub(crate) mod identity;
 pub(crate) mod membership;
 pub(crate) mod metrics;
 pub(crate) mod payload;
+pub(crate) mod runtime;
 pub(crate) mod streams;
 
 #[cfg(test)]

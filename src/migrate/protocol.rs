@@ -303,6 +303,20 @@ impl Migrator {
         self.reset(assignment);
     }
 
+    /// `count` more global workers take part from now on (a node joined
+    /// the run): they send markers of every later step. Only between
+    /// steps (the join holds the cluster-wide migration lock).
+    pub(crate) fn add_workers(&mut self, count: u32) {
+        debug_assert!(self.step.is_none(), "workers added amid a step");
+        let total = self.live.len() + count as usize;
+        self.live.resize(total, true);
+        for slot in &mut self.slots {
+            for port in slot.markers.iter_mut().chain(slot.ended.iter_mut()) {
+                port.resize(total, false);
+            }
+        }
+    }
+
     /// Handles one input; appends what the worker must do to `out`.
     ///
     /// Inputs out of protocol (a step while another is in flight, a marker
@@ -518,6 +532,35 @@ impl Migrator {
             out.push(Output::ReleaseWatermark { node });
         }
         self.maybe_done(out);
+    }
+
+    /// What the step in flight still waits for, for a log line when it
+    /// takes long: `None` when no step is in flight.
+    pub(crate) fn waiting_for(&self) -> Option<String> {
+        let f = self.step.as_ref()?;
+        if !f.switched {
+            return Some(format!("step {}: its switch", f.step.epoch));
+        }
+        let mut parts = Vec::new();
+        for slot in &self.slots {
+            for (p, port) in slot.ports.iter().enumerate() {
+                let senders: Vec<String> = (0..self.live.len())
+                    .filter(|&w| self.live[w] && !slot.markers[p][w])
+                    .map(|w| w.to_string())
+                    .collect();
+                if !senders.is_empty() {
+                    parts.push(format!(
+                        "markers on node {} port {port} from workers {}",
+                        slot.node,
+                        senders.join(", ")
+                    ));
+                }
+            }
+        }
+        if f.incoming > 0 {
+            parts.push(format!("{} bins' state", f.incoming));
+        }
+        Some(format!("step {}: {}", f.step.epoch, parts.join("; ")))
     }
 
     fn maybe_done(&mut self, out: &mut Vec<Output>) {
@@ -798,6 +841,25 @@ impl Coordinator {
         self.poll(now, out);
     }
 
+    /// The step in flight and the workers it still waits for, for the
+    /// error when a step takes too long.
+    pub(crate) fn awaiting(&self) -> Option<String> {
+        let (what, step, waiting) = match &self.phase {
+            Phase::Preparing { step, waiting, .. } => ("Prepared", step, waiting),
+            Phase::Switched { step, waiting, .. } => ("Done", step, waiting),
+            _ => return None,
+        };
+        let workers: Vec<String> = (0..waiting.len())
+            .filter(|&w| waiting[w])
+            .map(|w| w.to_string())
+            .collect();
+        Some(format!(
+            "step {} waits for `{what}` from workers {}",
+            step.epoch,
+            workers.join(", ")
+        ))
+    }
+
     fn complete(&mut self, now: Time, step: Step, out: &mut Vec<CoordOutput>) {
         self.assignment.apply(&step);
         let report = Report {
@@ -852,6 +914,56 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Workers added to a run (a node joined) are awaited like the others:
+    /// the old owner exports only once the newcomer's marker came too, and
+    /// the newcomer can be a bin's new owner.
+    #[test]
+    fn an_added_worker_is_awaited_and_can_take_a_bin() {
+        let start = Assignment::new(1, vec![0, 0, 1, 1]);
+        let nodes = [KeyedNode {
+            node: 3,
+            ports: vec![0],
+        }];
+        let mut w: Vec<Migrator> = (0..2)
+            .map(|i| Migrator::new(i, 2, &start, &nodes))
+            .collect();
+        w.iter_mut().for_each(|m| m.add_workers(1));
+        w.push(Migrator::new(2, 3, &start, &nodes));
+        let step = Step {
+            epoch: 2,
+            moves: vec![Move {
+                bin: 0,
+                from: 0,
+                to: 2,
+            }],
+        };
+        let mut o = Vec::new();
+        for m in &mut w {
+            m.handle(Input::Prepare(step.clone()), &mut o);
+        }
+        assert!(w[2].must_hold(3, 0) && w[2].watermark_held(3));
+        o.clear();
+        w[0].handle(Input::Switch { epoch: 2 }, &mut o);
+        let marker = |sender| Input::Marker {
+            node: 3,
+            port: 0,
+            sender,
+            epoch: 2,
+        };
+        w[0].handle(marker(1), &mut o);
+        assert!(
+            !o.iter().any(|x| matches!(x, Output::Export { .. })),
+            "the newcomer's marker is awaited: {o:?}"
+        );
+        w[0].handle(marker(2), &mut o);
+        assert!(o.contains(&Output::Export {
+            node: 3,
+            bin: 0,
+            to: 2,
+            epoch: 2
+        }));
+    }
 
     /// One bin from worker 0 to worker 1, driven by hand through every
     /// phase, with the hot-path queries checked along the way.

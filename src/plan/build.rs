@@ -173,6 +173,7 @@ impl NodeBuilder<'_> {
                 let plan = GeneratorPlan {
                     spec: g.spec.clone(),
                     rate: g.rate,
+                    rate_steps: g.rate_steps.clone(),
                     count: g.count,
                     max_out_of_orderness_ms: g.event_time.max_out_of_orderness_ms,
                 };

@@ -100,8 +100,25 @@ pub(crate) struct NetSourcePlan {
 pub(crate) struct GeneratorPlan {
     pub(crate) spec: GeneratorSpec,
     pub(crate) rate: Option<u64>,
+    /// The rates that replace `rate` from their time on.
+    pub(crate) rate_steps: Vec<crate::config::RateStep>,
     pub(crate) count: Option<u64>,
     pub(crate) max_out_of_orderness_ms: i64,
+}
+
+impl GeneratorPlan {
+    /// The scheduled rate `elapsed` after the source started (over all
+    /// workers); `None` when unpaced.
+    pub(crate) fn rate_at(&self, elapsed: std::time::Duration) -> Option<u64> {
+        let base = self.rate?;
+        Some(
+            self.rate_steps
+                .iter()
+                .take_while(|s| s.at <= elapsed)
+                .last()
+                .map_or(base, |s| s.events_per_second),
+        )
+    }
 }
 
 /// A `file` or `stdin` source: lines decoded by a format into a schema.

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::event::Event;
 use super::lane::Lane;
+use super::peers::{self, RemoteLane};
 use super::report::{LaneView, analyze};
 use super::{KEEP_WINDOWS, TRACER, on, window_ms};
 use crate::exec::clock;
@@ -18,10 +19,63 @@ const DRAIN_EVERY: Duration = Duration::from_millis(20);
 /// this (none in the engine: parks are at most 50 ms) are seen as unknown.
 const LAG_NS: u64 = 100_000_000;
 
+/// A lane of this process or of a peer, with the events not yet past.
 struct Pending {
-    lane: Arc<Lane>,
+    source: Source,
     events: Vec<Event>,
-    dropped_seen: u64,
+}
+
+enum Source {
+    Local { lane: Arc<Lane>, dropped_seen: u64 },
+    Remote(RemoteLane),
+}
+
+/// A peer's lane with no news for this long, and no events left, leaves.
+const REMOTE_LANE_TTL_NS: u64 = 5_000_000_000;
+/// How late a window is analysed once peers' events are in it: they
+/// arrive a drain and a trip over the mesh after they happen.
+const REMOTE_LAG_NS: u64 = 500_000_000;
+
+impl Pending {
+    fn label(&self) -> String {
+        match &self.source {
+            Source::Local { lane, .. } => lane.name.label(),
+            Source::Remote(r) => r.label.clone(),
+        }
+    }
+
+    /// Whether the lane may still log (its owner runs, or a peer sent it
+    /// lately).
+    fn alive(&self, now: u64) -> bool {
+        match &self.source {
+            Source::Local { lane, .. } => Arc::strong_count(lane) > 1,
+            Source::Remote(r) => now.saturating_sub(r.seen_ns) < REMOTE_LANE_TTL_NS,
+        }
+    }
+
+    fn view(&self, label: String, now: u64) -> Option<LaneView<'_>> {
+        if self.events.is_empty() && !self.alive(now) {
+            return None;
+        }
+        Some(match &self.source {
+            Source::Local { lane, .. } => LaneView {
+                label,
+                peer: lane.name.peer(),
+                node: None,
+                gap: lane.name.gap(),
+                ops: &lane.ops,
+                events: &self.events,
+            },
+            Source::Remote(r) => LaneView {
+                label,
+                peer: None,
+                node: Some(&r.peer),
+                gap: r.gap,
+                ops: &r.ops,
+                events: &self.events,
+            },
+        })
+    }
 }
 
 pub(super) fn start() {
@@ -41,12 +95,49 @@ fn run() {
         std::thread::sleep(DRAIN_EVERY);
         let new = std::mem::take(&mut *TRACER.new_lanes.lock().unwrap_or_else(|e| e.into_inner()));
         lanes.extend(new.into_iter().map(|lane| Pending {
-            lane,
+            source: Source::Local {
+                lane,
+                dropped_seen: 0,
+            },
             events: Vec::new(),
-            dropped_seen: 0,
         }));
+        let mut fresh = Vec::new();
         for p in &mut lanes {
-            p.lane.ring.drain_into(&mut p.events);
+            if let Source::Local { lane, .. } = &p.source {
+                fresh.push(p.events.len());
+                lane.ring.drain_into(&mut p.events);
+            }
+        }
+        if on() {
+            peers::ship(
+                lanes
+                    .iter()
+                    .filter_map(|p| match &p.source {
+                        Source::Local { lane, .. } => Some((lane, p)),
+                        Source::Remote(_) => None,
+                    })
+                    .zip(&fresh)
+                    .map(|((lane, p), &from)| {
+                        (&**lane, Arc::as_ptr(lane) as u64, &p.events[from..])
+                    }),
+            );
+        }
+        for (remote, events) in peers::take_received() {
+            let known = lanes.iter_mut().find(|p| {
+                matches!(&p.source, Source::Remote(r) if r.peer == remote.peer && r.id == remote.id)
+            });
+            match known {
+                Some(p) => {
+                    p.events.extend(events);
+                    if let Source::Remote(r) = &mut p.source {
+                        r.seen_ns = remote.seen_ns;
+                    }
+                }
+                None => lanes.push(Pending {
+                    source: Source::Remote(remote),
+                    events,
+                }),
+            }
         }
         let w = window_ms() * 1_000_000;
         if !on() {
@@ -60,7 +151,12 @@ fn run() {
                 Some((ws, len)) if len == w => (ws, len),
                 _ => ((now / w + 1) * w, w),
             };
-            while now >= ws + len + LAG_NS {
+            let lag = if lanes.iter().any(|p| matches!(p.source, Source::Remote(_))) {
+                REMOTE_LAG_NS
+            } else {
+                LAG_NS
+            };
+            while now >= ws + len + lag {
                 let report = window(&mut lanes, ws, ws + len, now);
                 let mut windows = TRACER.windows.lock().unwrap_or_else(|e| e.into_inner());
                 if windows.len() == KEEP_WINDOWS {
@@ -77,32 +173,30 @@ fn run() {
         }
         // A lane whose owner is gone (a finished run) and that holds
         // nothing more leaves.
-        lanes.retain(|p| Arc::strong_count(&p.lane) > 1 || !p.events.is_empty());
+        let now = clock::now_ns();
+        lanes.retain(|p| p.alive(now) || !p.events.is_empty());
     }
 }
 
 fn window(lanes: &mut [Pending], ws: u64, we: u64, now: u64) -> super::WindowReport {
     let dropped: u64 = lanes
         .iter_mut()
-        .map(|p| {
-            let d = p.lane.ring.dropped();
-            let new = d - p.dropped_seen;
-            p.dropped_seen = d;
-            new
+        .map(|p| match &mut p.source {
+            Source::Local { lane, dropped_seen } => {
+                let d = lane.ring.dropped();
+                let new = d - *dropped_seen;
+                *dropped_seen = d;
+                new
+            }
+            Source::Remote(_) => 0,
         })
-        .sum();
-    let labels: Vec<String> = lanes.iter().map(|p| p.lane.name.label()).collect();
+        .sum::<u64>()
+        + peers::take_dropped();
+    let labels: Vec<String> = lanes.iter().map(Pending::label).collect();
     let views: Vec<LaneView<'_>> = lanes
         .iter()
         .zip(labels)
-        .filter(|(p, _)| !p.events.is_empty() || Arc::strong_count(&p.lane) > 1)
-        .map(|(p, label)| LaneView {
-            label,
-            peer: p.lane.name.peer(),
-            gap: p.lane.name.gap(),
-            ops: &p.lane.ops,
-            events: &p.events,
-        })
+        .filter_map(|(p, label)| p.view(label, now))
         .collect();
     let mut report = analyze(&views, ws, we);
     report.dropped = dropped;

@@ -18,7 +18,7 @@
 //! the report says which one a window used.
 
 use super::event::Kind;
-use super::graph::Pag;
+use super::graph::{Pag, PagEdge};
 
 /// `ln(e^a + e^b)`.
 #[inline]
@@ -48,135 +48,165 @@ pub(crate) enum Paths {
 /// of paths it is over, and which paths those are.
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     let n = pag.nodes;
-    // Adjacency (CSR) of the edges that may carry critical paths.
+    // Successors (CSR) along the edges that may carry critical paths: the
+    // passes below read these small arrays in order instead of the edges.
     let mut first = vec![0u32; n + 1];
-    for e in &pag.edges {
-        if e.kind != Kind::Waiting {
-            first[e.from as usize + 1] += 1;
-        }
+    let mut indeg = vec![0u32; n];
+    for e in pag.edges.iter().filter(|e| carries(e)) {
+        first[e.from as usize + 1] += 1;
+        indeg[e.to as usize] += 1;
     }
     for i in 0..n {
         first[i + 1] += first[i];
     }
     let mut fill = first.clone();
-    let mut adj = vec![0u32; first[n] as usize];
-    let mut indeg = vec![0u32; n];
-    for (i, e) in pag.edges.iter().enumerate() {
-        if e.kind != Kind::Waiting {
-            adj[fill[e.from as usize] as usize] = i as u32;
-            fill[e.from as usize] += 1;
-            indeg[e.to as usize] += 1;
-        }
+    let mut succ = vec![0u32; first[n] as usize];
+    for e in pag.edges.iter().filter(|e| carries(e)) {
+        succ[fill[e.from as usize] as usize] = e.to;
+        fill[e.from as usize] += 1;
     }
+    drop(fill);
+    let g = Csr {
+        first: &first,
+        succ: &succ,
+    };
+    // A point between two waits starts and ends no path of any length:
+    // not counting it keeps the count the same however waits are cut.
+    let busy_starts: Vec<u32> = (0..n as u32)
+        .filter(|&v| indeg[v as usize] == 0 && g.has_out(v))
+        .collect();
+    let busy_ends: Vec<u32> = (0..n as u32)
+        .filter(|&v| !g.has_out(v) && indeg[v as usize] > 0)
+        .collect();
     // Kahn's order; a cycle (impossible with a sane clock) is left out.
-    let mut order: Vec<u32> = (0..n as u32).filter(|&v| indeg[v as usize] == 0).collect();
+    // On the way, which points a path from a lane's start reaches: whether
+    // a path spans the window is known before any counting.
+    let mut reached = vec![false; n];
+    for &s in &pag.starts {
+        reached[s as usize] = true;
+    }
+    let mut order: Vec<u32> = Vec::with_capacity(n);
+    order.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0));
     let mut k = 0;
     while k < order.len() {
-        let v = order[k] as usize;
+        let v = order[k];
         k += 1;
-        for &ei in &adj[first[v] as usize..first[v + 1] as usize] {
-            let to = pag.edges[ei as usize].to as usize;
-            indeg[to] -= 1;
-            if indeg[to] == 0 {
-                order.push(to as u32);
+        let r = reached[v as usize];
+        for &to in g.next(v) {
+            reached[to as usize] |= r;
+            indeg[to as usize] -= 1;
+            if indeg[to as usize] == 0 {
+                order.push(to);
             }
         }
     }
-    let has_out: Vec<bool> = (0..n).map(|v| first[v + 1] > first[v]).collect();
-    let mut has_in = vec![false; n];
-    for e in &pag.edges {
-        if e.kind != Kind::Waiting {
-            has_in[e.to as usize] = true;
-        }
+    if pag.ends.iter().any(|&e| reached[e as usize]) {
+        let (cp, _, ln_paths) = count(pag, g, &order, &pag.starts, &pag.ends);
+        return (cp, ln_paths, Paths::Spanning);
     }
-    if let Some(spanning) = count(pag, &first, &adj, &order, &pag.starts, &pag.ends) {
-        return (spanning.0, spanning.2, Paths::Spanning);
+    let (cp, length, ln_paths) = count(pag, g, &order, &busy_starts, &busy_ends);
+    if ln_paths == f64::NEG_INFINITY || length == f64::NEG_INFINITY {
+        return (vec![0.0; pag.edges.len()], f64::NEG_INFINITY, Paths::None);
     }
-    let starts: Vec<u32> = (0..n as u32).filter(|&v| !has_in[v as usize]).collect();
-    let ends: Vec<u32> = (0..n as u32).filter(|&v| !has_out[v as usize]).collect();
-    match count(pag, &first, &adj, &order, &starts, &ends) {
-        Some(busy) if busy.1 > f64::NEG_INFINITY => (busy.0, busy.2, Paths::Busy),
-        _ => (vec![0.0; pag.edges.len()], f64::NEG_INFINITY, Paths::None),
+    (cp, ln_paths, Paths::Busy)
+}
+
+fn carries(e: &PagEdge) -> bool {
+    e.kind != Kind::Waiting
+}
+
+#[derive(Clone, Copy)]
+struct Csr<'a> {
+    first: &'a [u32],
+    succ: &'a [u32],
+}
+
+impl Csr<'_> {
+    #[inline]
+    fn next(&self, v: u32) -> &[u32] {
+        let v = v as usize;
+        &self.succ[self.first[v] as usize..self.first[v + 1] as usize]
+    }
+
+    fn has_out(&self, v: u32) -> bool {
+        self.first[v as usize + 1] > self.first[v as usize]
     }
 }
 
 /// Path counting between `starts` and `ends`: the CP of every edge, `ln`
 /// of the total path length (`Σ w · N(e)`), and `ln` of the number of
-/// paths; `None` when no path joins them (found after the forward pass).
+/// paths (`-∞` when none).
 fn count(
     pag: &Pag,
-    first: &[u32],
-    adj: &[u32],
+    g: Csr<'_>,
     order: &[u32],
     starts: &[u32],
     ends: &[u32],
-) -> Option<(Vec<f64>, f64, f64)> {
+) -> (Vec<f64>, f64, f64) {
     let n = pag.nodes;
     let mut f = vec![f64::NEG_INFINITY; n];
     for &s in starts {
         f[s as usize] = 0.0;
     }
     for &v in order {
-        let v = v as usize;
-        let fv = f[v];
+        let fv = f[v as usize];
         if fv == f64::NEG_INFINITY {
             continue;
         }
-        for &ei in &adj[first[v] as usize..first[v + 1] as usize] {
-            let to = pag.edges[ei as usize].to as usize;
-            f[to] = ln_add(f[to], fv);
+        for &to in g.next(v) {
+            f[to as usize] = ln_add(f[to as usize], fv);
         }
     }
     let ln_paths = ends
         .iter()
         .fold(f64::NEG_INFINITY, |acc, &e| ln_add(acc, f[e as usize]));
     if ln_paths == f64::NEG_INFINITY {
-        return None;
+        return (vec![0.0; pag.edges.len()], f64::NEG_INFINITY, ln_paths);
     }
     let mut b = vec![f64::NEG_INFINITY; n];
     for &e in ends {
         b[e as usize] = 0.0;
     }
     for &v in order.iter().rev() {
-        let v = v as usize;
-        let mut bv = b[v];
-        for &ei in &adj[first[v] as usize..first[v + 1] as usize] {
-            bv = ln_add(bv, b[pag.edges[ei as usize].to as usize]);
+        let mut bv = b[v as usize];
+        for &to in g.next(v) {
+            bv = ln_add(bv, b[to as usize]);
         }
-        b[v] = bv;
+        b[v as usize] = bv;
     }
-    // w · N(e) per edge, scaled by the largest N(e) so that one `exp` per
+    // w · N(e) per edge, N(e) scaled by the largest so that one `exp` per
     // edge does; their sum is the length of all paths (so scaled).
-    let through = |e: &super::graph::PagEdge| {
-        if e.kind == Kind::Waiting || e.w == 0 {
-            f64::NEG_INFINITY
-        } else {
-            f[e.from as usize] + b[e.to as usize]
-        }
-    };
-    let top = pag
-        .edges
-        .iter()
-        .map(through)
-        .fold(f64::NEG_INFINITY, f64::max);
-    if top == f64::NEG_INFINITY {
-        return Some((vec![0.0; pag.edges.len()], f64::NEG_INFINITY, ln_paths));
-    }
     let mut cp: Vec<f64> = pag
         .edges
         .iter()
-        .map(|e| e.w as f64 * (through(e) - top).exp())
+        .map(|e| {
+            if carries(e) && e.w > 0 {
+                f[e.from as usize] + b[e.to as usize]
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
         .collect();
-    let length: f64 = cp.iter().sum();
+    let top = cp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if top == f64::NEG_INFINITY {
+        cp.fill(0.0);
+        return (cp, f64::NEG_INFINITY, ln_paths);
+    }
+    let mut length = 0.0;
+    for (c, e) in cp.iter_mut().zip(&pag.edges) {
+        *c = e.w as f64 * (*c - top).exp();
+        length += *c;
+    }
     cp.iter_mut().for_each(|c| *c /= length);
-    Some((cp, length.ln() + top, ln_paths))
+    (cp, length.ln() + top, ln_paths)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::trace::event::{DATA_BIT, Event, NO_OP};
-    use crate::trace::graph::{LaneInput, build};
+    use crate::trace::graph::{LaneInput, build, build_with};
+    use std::collections::BTreeMap;
 
     /// A small seeded generator (SplitMix64), so failures reproduce.
     struct Rng(u64);
@@ -296,6 +326,37 @@ mod tests {
         (cp, w.total)
     }
 
+    /// The points no waiting-free edge enters, and those none leaves.
+    fn busy_ends(pag: &Pag) -> (Vec<u32>, Vec<u32>) {
+        let carries = |e: &&crate::trace::graph::PagEdge| e.kind != Kind::Waiting;
+        let enters = |v: u32| pag.edges.iter().filter(carries).any(|e| e.to == v);
+        let leaves = |v: u32| pag.edges.iter().filter(carries).any(|e| e.from == v);
+        let starts = (0..pag.nodes as u32)
+            .filter(|&v| !enters(v) && leaves(v))
+            .collect();
+        let ends = (0..pag.nodes as u32)
+            .filter(|&v| !leaves(v) && enters(v))
+            .collect();
+        (starts, ends)
+    }
+
+    /// CP per (receiving lane, sending lane, activity, operator), a local
+    /// edge's shared among its pieces by duration.
+    fn by_activity(pag: &Pag, cp: &[f64]) -> BTreeMap<(u32, u32, Kind, u16), f64> {
+        let mut out = BTreeMap::new();
+        for (e, &c) in pag.edges.iter().zip(cp) {
+            if e.is_message() {
+                *out.entry((e.to_lane, e.lane, e.kind, NO_OP)).or_default() += c;
+                continue;
+            }
+            for p in pag.pieces_of(e) {
+                *out.entry((e.lane, e.lane, p.kind, p.op)).or_default() +=
+                    c * p.w as f64 / e.w as f64;
+            }
+        }
+        out
+    }
+
     #[test]
     fn path_counting_equals_enumeration_on_random_graphs() {
         let mut rng = Rng(0x5EED);
@@ -317,13 +378,7 @@ mod tests {
                 spanning += 1;
             } else {
                 // No spanning path: the maximal paths between waits.
-                let carries = |e: &&crate::trace::graph::PagEdge| e.kind != Kind::Waiting;
-                let starts: Vec<u32> = (0..pag.nodes as u32)
-                    .filter(|&v| !pag.edges.iter().filter(carries).any(|e| e.to == v))
-                    .collect();
-                let ends: Vec<u32> = (0..pag.nodes as u32)
-                    .filter(|&v| !pag.edges.iter().filter(carries).any(|e| e.from == v))
-                    .collect();
+                let (starts, ends) = busy_ends(&pag);
                 (slow, total) = brute_force(&pag, &starts, &ends);
                 if slow.iter().any(|&c| c > 0.0) {
                     assert_eq!(paths, Paths::Busy, "case {case}");
@@ -337,6 +392,30 @@ mod tests {
                     (a - b).abs() < 1e-9,
                     "case {case}, edge {i} {:?}: counted {a}, enumerated {b}",
                     pag.edges[i]
+                );
+            }
+            // The compacted graph loses nothing: enumerating the paths of
+            // the graph with a node at every span boundary gives every
+            // activity the same CP.
+            let fine = build_with(&inputs, 0, 1000, false);
+            assert!(fine.nodes >= pag.nodes, "case {case}");
+            let (fine_starts, fine_ends) = match paths {
+                Paths::Spanning => (fine.starts.clone(), fine.ends.clone()),
+                _ => busy_ends(&fine),
+            };
+            let (fine_cp, fine_total) = brute_force(&fine, &fine_starts, &fine_ends);
+            assert_eq!(fine_total, total, "case {case}: paths");
+            let (want, got) = (by_activity(&fine, &fine_cp), by_activity(&pag, &fast));
+            assert_eq!(
+                want.keys().collect::<Vec<_>>(),
+                got.keys().collect::<Vec<_>>(),
+                "case {case}"
+            );
+            for (k, a) in &want {
+                assert!(
+                    (a - got[k]).abs() < 1e-9,
+                    "case {case}, {k:?}: {a} vs {}",
+                    got[k]
                 );
             }
             if paths != Paths::None {
@@ -424,7 +503,12 @@ mod tests {
             pag.edges
                 .iter()
                 .zip(&cp)
-                .filter(|(e, _)| e.op == op && e.kind == Kind::Processing)
+                .flat_map(|(e, c)| {
+                    pag.pieces_of(e)
+                        .iter()
+                        .map(move |p| (p, c * p.w as f64 / e.w as f64))
+                })
+                .filter(|(p, _)| p.op == op && p.kind == Kind::Processing)
                 .map(|(_, c)| c)
                 .sum()
         };

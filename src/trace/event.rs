@@ -33,7 +33,8 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 15] = [
+    pub(crate) const COUNT: usize = 15;
+    pub(crate) const ALL: [Kind; Kind::COUNT] = [
         Kind::Processing,
         Kind::Serialization,
         Kind::Deserialization,
@@ -105,4 +106,27 @@ pub(crate) struct Event {
     pub(crate) op: u16,
     /// The message id of a send or receive end, else 0.
     pub(crate) id: u64,
+}
+
+impl Event {
+    pub(crate) fn span(start: u64, end: u64, kind: Kind, op: u16) -> Event {
+        Event {
+            start,
+            end,
+            kind,
+            op,
+            id: 0,
+        }
+    }
+
+    /// A message end.
+    pub(crate) fn instant(t: u64, kind: Kind, id: u64) -> Event {
+        Event {
+            start: t,
+            end: t,
+            kind,
+            op: NO_OP,
+            id,
+        }
+    }
 }

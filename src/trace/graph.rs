@@ -19,18 +19,33 @@ pub(crate) struct LaneInput<'a> {
     pub(crate) events: &'a [Event],
 }
 
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PagEdge {
-    pub(crate) from: u32,
-    pub(crate) to: u32,
+/// One activity inside an edge: a lane's uninterrupted run of busy (or of
+/// waiting) time is one edge of the graph, whatever activities it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
     /// Duration in nanoseconds.
     pub(crate) w: u64,
     pub(crate) kind: Kind,
     pub(crate) op: u16,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PagEdge {
+    pub(crate) from: u32,
+    pub(crate) to: u32,
+    /// Duration in nanoseconds (of a local edge, the sum of its pieces).
+    pub(crate) w: u64,
+    /// A message's kind; `Waiting` for a local edge of waiting; for any
+    /// other local edge the kind of its first piece.
+    pub(crate) kind: Kind,
     /// The lane a local edge is on; for a message, the sending lane.
     pub(crate) lane: u32,
     /// For a message, the receiving lane; else `lane`.
     pub(crate) to_lane: u32,
+    /// A local edge's pieces: `Pag::pieces[first_piece..first_piece +
+    /// pieces]`, in time order (none for a message).
+    pub(crate) first_piece: u32,
+    pub(crate) pieces: u32,
 }
 
 impl PagEdge {
@@ -45,10 +60,19 @@ pub(crate) struct Pag {
     pub(crate) starts: Vec<u32>,
     pub(crate) ends: Vec<u32>,
     pub(crate) edges: Vec<PagEdge>,
+    /// The activities local edges are made of (see [`PagEdge::first_piece`]).
+    pub(crate) pieces: Vec<Piece>,
     /// The window's length in nanoseconds.
     pub(crate) span: u64,
     /// Events inside the window.
     pub(crate) events: usize,
+}
+
+impl Pag {
+    pub(crate) fn pieces_of(&self, e: &PagEdge) -> &[Piece] {
+        let first = e.first_piece as usize;
+        &self.pieces[first..first + e.pieces as usize]
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -59,22 +83,34 @@ struct Segment {
     op: u16,
 }
 
-/// Builds the PAG of `[ws, we)` from each lane's events (in any order).
+/// Builds the PAG of `[ws, we)` from each lane's events (in any order),
+/// compacted: a node only where a message starts or ends, where a lane
+/// starts or stops waiting, and at the window's ends. A run of activities
+/// between two such points is one edge holding them as pieces. That loses
+/// nothing: every point inside a run has one edge in and one out, so every
+/// path through one of the run's activities runs through all of them, and
+/// each piece's CP is its share of the run's by duration. It makes the
+/// graph several times smaller than one node per span.
 pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
+    build_with(lanes, ws, we, true)
+}
+
+/// As [`build`]; `compact: false` makes a node at every span boundary
+/// (SnailTrail's graph as drawn, for tests of the compaction).
+pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: bool) -> Pag {
     let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
     let mut pag = Pag {
         nodes: 0,
         starts: Vec::with_capacity(lanes.len()),
         ends: Vec::with_capacity(lanes.len()),
-        // A span makes up to two edges (itself and the gap after it).
-        edges: Vec::with_capacity(logged * 2),
+        edges: Vec::with_capacity(logged / 2 + 2 * lanes.len()),
+        pieces: Vec::with_capacity(logged * 2),
         span: we.saturating_sub(ws),
         events: 0,
     };
-    // Send ends by id; receive ends to join once every lane is in.
-    let mut sends: HashMap<u64, (u32, u64, u32), BuildHasherDefault<IdHasher>> =
-        HashMap::with_capacity_and_hasher(logged / 4, Default::default());
-    let mut recvs: Vec<(u64, u32, u64, u32)> = Vec::new();
+    // Message ends, to join once every lane is in.
+    let mut sends: Vec<End> = Vec::with_capacity(logged / 4);
+    let mut recvs: Vec<End> = Vec::with_capacity(logged / 4);
     let mut spans = Vec::new();
     let mut instants: Vec<(u64, Event)> = Vec::new();
     let mut segs = Vec::new();
@@ -97,65 +133,198 @@ pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
             }
         }
         pag.events += spans.len() + instants.len();
-        // Parents before their children.
-        spans.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-        instants.sort_unstable_by_key(|(t, _)| *t);
+        // Parents before their children. A ring holds events in the order
+        // they ended, which is this order but for nested spans: check
+        // before sorting.
+        let parents_first =
+            |a: &Segment, b: &Segment| a.start.cmp(&b.start).then(b.end.cmp(&a.end));
+        if !spans.is_sorted_by(|a, b| parents_first(a, b).is_le()) {
+            spans.sort_unstable_by(parents_first);
+        }
+        if !instants.is_sorted_by_key(|(t, _)| *t) {
+            instants.sort_by_key(|(t, _)| *t);
+        }
         flatten(&spans, lane.gap, ws, we, &mut segs);
 
-        let mut last = new_node(&mut pag);
-        pag.starts.push(last);
-        let mut last_t = ws;
+        let mut run = Run {
+            lane: lane_ix,
+            node: new_node(&mut pag),
+            t: ws,
+            first_piece: pag.pieces.len() as u32,
+            waits: false,
+            compact,
+        };
+        pag.starts.push(run.node);
         let mut ii = 0;
         for seg in &segs {
+            let mut from = seg.start;
             while ii < instants.len() && instants[ii].0 <= seg.end {
                 let (t, e) = instants[ii];
-                let t = t.max(last_t);
-                if t > last_t {
-                    let n = new_node(&mut pag);
-                    local_edge(&mut pag, last, n, t - last_t, seg, lane_ix);
-                    (last, last_t) = (n, t);
-                }
+                let t = t.max(from);
+                run.piece(&mut pag, from, t, seg);
+                run.close(&mut pag, t);
+                let end = End {
+                    id: e.id,
+                    t,
+                    node: run.node,
+                    lane: lane_ix,
+                };
                 if e.kind.is_send() {
-                    sends.insert(e.id, (last, t, lane_ix));
+                    sends.push(end);
                 } else {
-                    recvs.push((e.id, last, t, lane_ix));
+                    recvs.push(end);
                 }
+                from = t;
                 ii += 1;
             }
-            if seg.end > last_t {
-                let n = new_node(&mut pag);
-                local_edge(&mut pag, last, n, seg.end - last_t, seg, lane_ix);
-                (last, last_t) = (n, seg.end);
-            }
+            run.piece(&mut pag, from, seg.end, seg);
         }
-        pag.ends.push(last);
+        run.close(&mut pag, we);
+        pag.ends.push(run.node);
     }
-    for (id, node, t, lane) in recvs {
-        if let Some(&(from, sent, from_lane)) = sends.get(&id)
-            && sent <= t
-        {
+    join(&sends, &recvs, |send, recv| {
+        if send.t <= recv.t {
             pag.edges.push(PagEdge {
-                from,
-                to: node,
-                w: t - sent,
-                kind: if id & DATA_BIT != 0 {
+                from: send.node,
+                to: recv.node,
+                w: recv.t - send.t,
+                kind: if recv.id & DATA_BIT != 0 {
                     Kind::DataMessage
                 } else {
                     Kind::ControlMessage
                 },
-                op: NO_OP,
-                lane: from_lane,
-                to_lane: lane,
+                lane: send.lane,
+                to_lane: recv.lane,
+                first_piece: 0,
+                pieces: 0,
             });
         }
-    }
+    });
     pag
 }
 
+/// One end of a message: its point in the graph.
+#[derive(Clone, Copy, Default)]
+struct End {
+    id: u64,
+    t: u64,
+    node: u32,
+    lane: u32,
+}
+
+/// Calls `edge` with each receive end and the send end of its id (the
+/// last one logged, should an id repeat). The ends are first split into
+/// parts of about 2k sends by their ids' hash, and each part joined with
+/// a table of its own: one table for a whole window missed the cache on
+/// nearly every look-up, which was a third of the analysis.
+fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
+    let bits = (sends.len() / 2048)
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+        .min(13);
+    // Bits of the hash that neither the table's buckets nor its tags use
+    // (see `IdHasher`), so a part's ids still spread in its table.
+    let part = |id: u64| ((id.wrapping_mul(ID_MIX) >> 44) & ((1 << bits) - 1)) as usize;
+    let (sends, s_first) = scatter(sends, 1 << bits, part);
+    let (recvs, r_first) = scatter(recvs, 1 << bits, part);
+    let largest = s_first.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let mut table: HashMap<u64, u32, BuildHasherDefault<IdHasher>> =
+        HashMap::with_capacity_and_hasher(largest, Default::default());
+    for p in 0..1 << bits {
+        let part_sends = &sends[s_first[p]..s_first[p + 1]];
+        table.clear();
+        for (i, s) in part_sends.iter().enumerate() {
+            table.insert(s.id, i as u32);
+        }
+        for r in &recvs[r_first[p]..r_first[p + 1]] {
+            if let Some(&i) = table.get(&r.id) {
+                edge(&part_sends[i as usize], r);
+            }
+        }
+    }
+}
+
+/// `ends` grouped by `part` (in their order within a part), and where each
+/// part begins.
+fn scatter(ends: &[End], parts: usize, part: impl Fn(u64) -> usize) -> (Vec<End>, Vec<usize>) {
+    let mut first = vec![0usize; parts + 1];
+    for e in ends {
+        first[part(e.id) + 1] += 1;
+    }
+    for p in 0..parts {
+        first[p + 1] += first[p];
+    }
+    let mut fill = first.clone();
+    let mut out = vec![End::default(); ends.len()];
+    for e in ends {
+        let p = part(e.id);
+        out[fill[p]] = *e;
+        fill[p] += 1;
+    }
+    (out, first)
+}
+
+/// The open run of one lane: the activities since its last node.
+struct Run {
+    lane: u32,
+    /// The node the run starts at, and its time.
+    node: u32,
+    t: u64,
+    first_piece: u32,
+    /// Whether the run is waiting (it carries no critical paths).
+    waits: bool,
+    compact: bool,
+}
+
+impl Run {
+    /// Adds `[from, to)` of `seg`; a change between waiting and working
+    /// (or, not compacting, any new piece) ends the run first.
+    fn piece(&mut self, pag: &mut Pag, from: u64, to: u64, seg: &Segment) {
+        if to <= from {
+            return;
+        }
+        let waits = seg.kind == Kind::Waiting;
+        if waits != self.waits || !self.compact {
+            self.close(pag, from);
+            self.waits = waits;
+        }
+        pag.pieces.push(Piece {
+            w: to - from,
+            kind: seg.kind,
+            op: seg.op,
+        });
+    }
+
+    /// Ends the run at `t` (a node there); nothing when it is empty.
+    fn close(&mut self, pag: &mut Pag, t: u64) {
+        let end = pag.pieces.len() as u32;
+        if end == self.first_piece {
+            return;
+        }
+        let to = new_node(pag);
+        let first = pag.pieces[self.first_piece as usize].kind;
+        pag.edges.push(PagEdge {
+            from: self.node,
+            to,
+            w: t - self.t,
+            kind: if self.waits { Kind::Waiting } else { first },
+            lane: self.lane,
+            to_lane: self.lane,
+            first_piece: self.first_piece,
+            pieces: end - self.first_piece,
+        });
+        (self.node, self.t, self.first_piece) = (to, t, end);
+    }
+}
+
+const ID_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// Message ids are unique and already spread: a multiply is hash enough
-/// (SipHash was a fifth of the analysis).
+/// (SipHash was a fifth of the analysis). A table takes its buckets from
+/// the hash's low bits and its tags from the top 7.
 #[derive(Default)]
-pub(crate) struct IdHasher(u64);
+struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -177,7 +346,7 @@ impl Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, id: u64) {
-        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0 ^ id).wrapping_mul(ID_MIX);
     }
 
     fn finish(&self) -> u64 {
@@ -188,18 +357,6 @@ impl Hasher for IdHasher {
 fn new_node(pag: &mut Pag) -> u32 {
     pag.nodes += 1;
     (pag.nodes - 1) as u32
-}
-
-fn local_edge(pag: &mut Pag, from: u32, to: u32, w: u64, seg: &Segment, lane: u32) {
-    pag.edges.push(PagEdge {
-        from,
-        to,
-        w,
-        kind: seg.kind,
-        op: seg.op,
-        lane,
-        to_lane: lane,
-    });
 }
 
 /// Turns spans sorted parents-first into segments covering `[ws, we]`
@@ -259,32 +416,24 @@ fn flatten(spans: &[Segment], gap: Kind, ws: u64, we: u64, out: &mut Vec<Segment
 mod tests {
     use super::*;
 
-    fn span(start: u64, end: u64, kind: Kind, op: u16) -> Event {
-        Event {
-            start,
-            end,
-            kind,
-            op,
-            id: 0,
-        }
-    }
-
     #[test]
     fn nested_spans_flatten_innermost_first_and_gaps_fill() {
         let events = [
-            span(10, 50, Kind::Processing, 0),
-            span(20, 30, Kind::Waiting, NO_OP),
-            span(60, 200, Kind::Processing, 1), // clipped at 100
+            Event::span(10, 50, Kind::Processing, 0),
+            Event::span(20, 30, Kind::Waiting, NO_OP),
+            Event::span(60, 200, Kind::Processing, 1), // clipped at 100
         ];
-        let pag = build(
-            &[LaneInput {
-                gap: Kind::Unknown,
-                events: &events,
-            }],
-            0,
-            100,
-        );
-        let got: Vec<(u64, Kind, u16)> = pag.edges.iter().map(|e| (e.w, e.kind, e.op)).collect();
+        let lanes = [LaneInput {
+            gap: Kind::Unknown,
+            events: &events,
+        }];
+        let pag = build_with(&lanes, 0, 100, false);
+        let got: Vec<(u64, Kind, u16)> = pag
+            .edges
+            .iter()
+            .map(|e| (e.w, e.kind, pag.pieces_of(e)[0].op))
+            .collect();
+        assert!(pag.edges.iter().all(|e| e.pieces == 1));
         assert_eq!(
             got,
             vec![
@@ -297,12 +446,67 @@ mod tests {
             ]
         );
         assert_eq!(pag.edges.iter().map(|e| e.w).sum::<u64>(), 100);
+
+        // Compacted, the same pieces in the same order, with a node only
+        // where the lane starts and stops waiting.
+        let compact = build(&lanes, 0, 100);
+        let runs: Vec<(u64, Kind, usize)> = compact
+            .edges
+            .iter()
+            .map(|e| (e.w, e.kind, compact.pieces_of(e).len()))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (20, Kind::Unknown, 2),
+                (10, Kind::Waiting, 1),
+                (70, Kind::Processing, 3)
+            ]
+        );
+        let pieces: Vec<(u64, Kind, u16)> =
+            compact.pieces.iter().map(|p| (p.w, p.kind, p.op)).collect();
+        assert_eq!(pieces, got);
+        assert_eq!(compact.nodes, 4);
+    }
+
+    #[test]
+    fn ends_join_in_parts_as_in_one_table() {
+        // Enough sends for several parts; some ids repeat (the last send
+        // logged counts), some receives have no send.
+        let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+        let end = |id, t, node, lane| End { id, t, node, lane };
+        for i in 0..20_000u64 {
+            let id = i.wrapping_mul(0x2545_F491_4F6C_DD1D) | ((i % 2) << 63);
+            sends.push(end(id, i, i as u32, 0));
+            if i % 7 == 0 {
+                sends.push(end(id, i + 1, i as u32 + 1, 0));
+            }
+            if i % 5 != 0 {
+                recvs.push(end(id, i + 3, 0, 1));
+            }
+        }
+        let mut one_table = HashMap::new();
+        for s in &sends {
+            one_table.insert(s.id, s.node);
+        }
+        assert!(!one_table.contains_key(&42));
+        recvs.push(end(42, 5, 0, 1));
+        let mut want: Vec<(u64, u32)> = recvs
+            .iter()
+            .filter_map(|r| one_table.get(&r.id).map(|&n| (r.id, n)))
+            .collect();
+        let mut got = Vec::new();
+        join(&sends, &recvs, |s, r| got.push((r.id, s.node)));
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got.len(), 16_000);
+        assert_eq!(got, want);
     }
 
     #[test]
     fn messages_join_by_id_across_lanes() {
         let a = [
-            span(0, 40, Kind::Processing, 0),
+            Event::span(0, 40, Kind::Processing, 0),
             Event {
                 start: 40,
                 end: 40,
@@ -312,7 +516,7 @@ mod tests {
             },
         ];
         let b = [
-            span(0, 60, Kind::Waiting, NO_OP),
+            Event::span(0, 60, Kind::Waiting, NO_OP),
             Event {
                 start: 60,
                 end: 60,
@@ -320,7 +524,7 @@ mod tests {
                 op: NO_OP,
                 id: DATA_BIT | 7,
             },
-            span(60, 100, Kind::Processing, 1),
+            Event::span(60, 100, Kind::Processing, 1),
         ];
         let pag = build(
             &[

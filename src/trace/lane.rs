@@ -91,7 +91,7 @@ pub(crate) struct LaneTrace {
 /// Bits of a message id for the sequence within a lane.
 const SEQ_BITS: u32 = 40;
 /// Ids of messages over the mesh (see [`wire_id`]) have this bit.
-const WIRE_BIT: u64 = 1 << 62;
+pub(super) const WIRE_BIT: u64 = 1 << 62;
 
 impl LaneTrace {
     pub(crate) fn new(name: LaneName, ops: Vec<Arc<str>>) -> LaneTrace {

@@ -17,6 +17,7 @@ pub(crate) mod cp;
 pub(crate) mod event;
 pub(crate) mod graph;
 mod lane;
+pub(crate) mod peers;
 pub(crate) mod report;
 mod ring;
 pub(crate) mod synth;

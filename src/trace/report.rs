@@ -15,8 +15,10 @@ use super::graph::{LaneInput, build};
 /// One lane's events with what the report names it by.
 pub(crate) struct LaneView<'a> {
     pub(crate) label: String,
-    /// The peer an exchange stream goes to or comes from.
+    /// The peer an exchange stream of this node goes to or comes from.
     pub(crate) peer: Option<&'a str>,
+    /// The peer that logged the lane; `None` for this node's own.
+    pub(crate) node: Option<&'a str>,
     pub(crate) gap: Kind,
     pub(crate) ops: &'a [Arc<str>],
     pub(crate) events: &'a [Event],
@@ -58,10 +60,14 @@ pub struct WindowReport {
     pub activities: Vec<Row>,
     pub operators: Vec<Row>,
     pub workers: Vec<Row>,
-    /// Only in a distributed run: this node and each peer its exchange
-    /// streams talk to.
+    /// Only in a distributed run: each member by the lanes it logged (with
+    /// the peers' logs in the window), else this node and each peer its
+    /// exchange streams talk to.
     pub peers: Vec<Row>,
 }
+
+/// How the `peers` rows call the node that analyses.
+const THIS_NODE: &str = "(this node)";
 
 #[derive(Default)]
 struct Acc {
@@ -102,11 +108,12 @@ impl Acc {
     }
 }
 
-type GroupHash = std::hash::BuildHasherDefault<super::graph::IdHasher>;
+/// (receiving lane, sending lane, activity, operator)
+type GroupKey = (u32, u32, Kind, u16);
 
 /// Builds the graph of `[ws, we)` and sums its critical participation.
 /// `start_unix_ms` and `dropped` are left for the caller.
-pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport {
+pub(crate) fn analyze<'a>(lanes: &[LaneView<'a>], ws: u64, we: u64) -> WindowReport {
     let started = Instant::now();
     let inputs: Vec<LaneInput<'_>> = lanes
         .iter()
@@ -123,17 +130,69 @@ pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport 
         Acc::default(),
         Acc::default(),
     );
-    let any_peer = lanes.iter().any(|l| l.peer.is_some());
-    // Sum per (receiving lane, sending lane, kind, operator) first: few
-    // distinct keys, so the named rows below cost nothing per edge.
-    let mut groups: HashMap<(u32, u32, Kind, u16), (f64, u64), GroupHash> = HashMap::default();
+    let any_peer = lanes.iter().any(|l| l.peer.is_some() || l.node.is_some());
+    // With the peers' own lanes in the graph, a lane is its member's; with
+    // this node's alone, an exchange stream stands for the peer it talks to.
+    let by_node = lanes.iter().any(|l| l.node.is_some());
+    let member = |l: &LaneView<'a>| {
+        if by_node {
+            l.node.unwrap_or(THIS_NODE)
+        } else {
+            l.peer.unwrap_or(THIS_NODE)
+        }
+    };
+    // Sum per (receiving lane, sending lane, kind, operator) first, in
+    // dense tables (few distinct keys), so that the named rows below cost
+    // nothing per edge. A local edge's CP is shared among its pieces by
+    // duration: every path through one of them runs through all.
+    let kinds = Kind::COUNT;
+    let slots = lanes.iter().map(|l| l.ops.len()).max().unwrap_or(0) + 1;
+    let local_ix = |lane: u32, kind: Kind, op: u16| {
+        let op = (op as usize).min(slots - 1);
+        (lane as usize * kinds + kind as usize) * slots + op
+    };
+    let mut local = vec![(0.0f64, 0u64); lanes.len() * kinds * slots];
+    let mut messages = vec![(0.0f64, 0u64, false); lanes.len() * lanes.len() * 2];
     for (e, &c) in pag.edges.iter().zip(&cp) {
-        let from = if e.is_message() { e.lane } else { e.to_lane };
-        let g = groups.entry((e.to_lane, from, e.kind, e.op)).or_default();
-        g.0 += c;
-        g.1 += e.w;
+        if e.is_message() {
+            let k = usize::from(e.kind == Kind::ControlMessage);
+            let g = &mut messages[(e.to_lane as usize * lanes.len() + e.lane as usize) * 2 + k];
+            g.0 += c;
+            g.1 += e.w;
+            g.2 = true;
+            continue;
+        }
+        let per_ns = if e.w > 0 { c / e.w as f64 } else { 0.0 };
+        for p in pag.pieces_of(e) {
+            let g = &mut local[local_ix(e.lane, p.kind, p.op)];
+            g.0 += per_ns * p.w as f64;
+            g.1 += p.w;
+        }
     }
-    for (&(to_lane, from_lane, kind, op), &(c, w)) in &groups {
+    let mut groups: Vec<(GroupKey, (f64, u64))> = Vec::new();
+    for lane in 0..lanes.len() as u32 {
+        for kind in Kind::ALL {
+            for op in 0..slots {
+                let g = local[local_ix(lane, kind, op as u16)];
+                if g.1 > 0 {
+                    let op = if op + 1 == slots { NO_OP } else { op as u16 };
+                    groups.push(((lane, lane, kind, op), g));
+                }
+            }
+        }
+        for from in 0..lanes.len() {
+            for (k, kind) in [Kind::DataMessage, Kind::ControlMessage]
+                .into_iter()
+                .enumerate()
+            {
+                let g = messages[(lane as usize * lanes.len() + from) * 2 + k];
+                if g.2 {
+                    groups.push(((lane, from as u32, kind, NO_OP), (g.0, g.1)));
+                }
+            }
+        }
+    }
+    for &((to_lane, from_lane, kind, op), (c, w)) in &groups {
         let message = matches!(kind, Kind::DataMessage | Kind::ControlMessage);
         let time = (!message).then_some(w);
         activities.add(kind.name(), c, time);
@@ -153,8 +212,12 @@ pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport 
         }
         if any_peer {
             // A message from an incoming exchange stream is the peer's.
-            let peer = lane.peer.or(lanes[from_lane as usize].peer);
-            peers.add(peer.unwrap_or("(this node)"), c, busy.or(time.map(|_| 0)));
+            let peer = if by_node || lane.peer.is_some() {
+                member(lane)
+            } else {
+                member(&lanes[from_lane as usize])
+            };
+            peers.add(peer, c, busy.or(time.map(|_| 0)));
         }
     }
     let span = pag.span as f64;
@@ -163,7 +226,7 @@ pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport 
     let mut per_peer: HashMap<&str, f64> = HashMap::new();
     for l in lanes {
         *per_label.entry(&l.label).or_default() += span;
-        *per_peer.entry(l.peer.unwrap_or("(this node)")).or_default() += span;
+        *per_peer.entry(member(l)).or_default() += span;
     }
     WindowReport {
         start_unix_ms: 0,

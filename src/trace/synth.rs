@@ -25,11 +25,19 @@ impl Rng {
     }
 }
 
-/// `nodes × workers` workers over `[0, span_ns)`, each logging about
-/// `events_per_worker` events: operator spans (three operators), some
-/// waiting, and a message to a random worker after each span. Messages to
-/// another node go through an outgoing exchange lane (serialization) and
-/// an incoming one (deserialization), as `exec::remote` logs them.
+/// `nodes × workers` workers over `[0, span_ns)` running the loop of
+/// `exec::worker` on the pipeline of `eddy bench trace` (generator → map →
+/// keyed window → sink), logging what the engine logs, in the order a
+/// lane's ring hands it over, about `events_per_worker` events each. Per
+/// turn of its loop a worker takes what its inboxes hold (a receive and a
+/// window call per batch or watermark), polls its source (the generator's
+/// and the map's calls), splits the batch by key (a data message to some
+/// of the other workers, a window call for its own rows), advances the
+/// watermark (the map's and the window's calls, a control message to every
+/// other worker), then parks until its next batch is due or a message
+/// comes. Messages to another node go through an outgoing exchange lane
+/// (serialization) and an incoming one (deserialization), as
+/// `exec::remote` logs them.
 pub(crate) fn pipeline(
     nodes: usize,
     workers: usize,
@@ -37,112 +45,259 @@ pub(crate) fn pipeline(
     events_per_worker: usize,
     seed: u64,
 ) -> Vec<SynthLane> {
-    let mut rng = Rng(seed);
+    // A turn logs a few dozen events: guess the turn's length, then scale
+    // it to the density asked for.
+    let guess = (span_ns / (events_per_worker as u64 / 20).max(1)).max(1000);
     let total = nodes * workers;
-    let ops: Vec<Arc<str>> = ["parse", "enrich", "counts"].map(Arc::from).to_vec();
-    let mut lanes: Vec<SynthLane> = (0..total)
-        .map(|w| SynthLane {
-            name: LaneName::Worker(w),
-            ops: ops.clone(),
-            events: Vec::with_capacity(events_per_worker + events_per_worker / 2),
-        })
-        .collect();
-    // Exchange lanes by (from, to, outgoing).
-    let mut links: std::collections::HashMap<(usize, usize, bool), usize> = Default::default();
-    // A span and a send per step, plus the receive on the other side.
-    let steps = (events_per_worker / 3).max(1) as u64;
-    let step = (span_ns / steps).max(4);
-    let mut seq = 0u64;
-    for w in 0..total {
-        let mut t = rng.below(step);
-        while t + step < span_ns {
-            let d = step / 2 + rng.below(step / 2);
-            let kind = if rng.below(8) == 0 {
-                Kind::Waiting
+    let first = Sim::run(nodes, workers, span_ns, guess, seed);
+    let logged: usize = first.iter().take(total).map(|l| l.events.len()).sum();
+    let per_worker = (logged / total.max(1)).max(1) as u64;
+    let turn = (guess * per_worker / (events_per_worker as u64).max(1)).max(1000);
+    Sim::run(nodes, workers, span_ns, turn, seed)
+}
+
+/// The simulated run behind [`pipeline`].
+struct Sim {
+    rng: Rng,
+    workers: usize,
+    lanes: Vec<SynthLane>,
+    /// Messages on their way to each worker: (arrival, id).
+    inbox: Vec<std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>>,
+    /// Exchange lanes by (from, to, outgoing), and when each is free.
+    links: std::collections::HashMap<(usize, usize, bool), usize>,
+    link_free: Vec<u64>,
+    /// Batches sent per (from, to) stream, for their wire ids.
+    stream_seq: std::collections::HashMap<(usize, usize), u64>,
+    seq: u64,
+    turn: u64,
+    /// When each worker's next turn begins, and where its park is logged
+    /// (a message wakes it early).
+    now: Vec<u64>,
+    parked: Vec<Option<usize>>,
+    /// When each worker's source has its next batch.
+    due: Vec<u64>,
+}
+
+impl Sim {
+    fn run(nodes: usize, workers: usize, span_ns: u64, turn: u64, seed: u64) -> Vec<SynthLane> {
+        let total = nodes * workers;
+        let ops: Vec<Arc<str>> = ["gen", "map", "window"].map(Arc::from).to_vec();
+        let mut sim = Sim {
+            rng: Rng(seed),
+            workers,
+            lanes: (0..total)
+                .map(|w| SynthLane {
+                    name: LaneName::Worker(w),
+                    ops: ops.clone(),
+                    events: Vec::new(),
+                })
+                .collect(),
+            inbox: (0..total).map(|_| Default::default()).collect(),
+            links: Default::default(),
+            link_free: Vec::new(),
+            stream_seq: Default::default(),
+            seq: 0,
+            turn,
+            now: Vec::new(),
+            parked: vec![None; total],
+            due: Vec::new(),
+        };
+        sim.now = (0..total).map(|_| sim.rng.below(turn)).collect();
+        sim.due = sim.now.clone();
+        while let Some((w, &t)) = sim.now.iter().enumerate().min_by_key(|(_, t)| **t) {
+            if t >= span_ns {
+                break;
+            }
+            sim.parked[w] = None;
+            sim.now[w] = sim.turn_of(w, t, total);
+        }
+        sim.lanes
+    }
+
+    /// A duration of about `parts` thousandths of a turn.
+    fn about(&mut self, parts: u64) -> u64 {
+        let d = self.turn * parts / 1000;
+        (d / 2 + self.rng.below(d.max(1))).max(1)
+    }
+
+    /// One turn of worker `w`'s loop from `t`; returns when the next
+    /// begins.
+    fn turn_of(&mut self, w: usize, mut t: u64, total: usize) -> u64 {
+        // Inboxes: a window call per batch, a shorter one per watermark.
+        while let Some(&std::cmp::Reverse((at, id))) = self.inbox[w].peek() {
+            if at > t {
+                break;
+            }
+            self.inbox[w].pop();
+            let data = id & DATA_BIT != 0;
+            let kind = if data {
+                Kind::DataRecv
             } else {
-                Kind::Processing
+                Kind::ControlRecv
             };
-            lanes[w].events.push(Event {
-                start: t,
-                end: t + d,
-                kind,
-                op: if kind == Kind::Waiting {
-                    NO_OP
-                } else {
-                    rng.below(3) as u16
-                },
-                id: 0,
-            });
+            self.lanes[w].events.push(Event::instant(t, kind, id));
+            let d = if data { self.about(30) } else { self.about(5) };
+            self.lanes[w]
+                .events
+                .push(Event::span(t, t + d, Kind::Processing, 2));
             t += d;
-            let to = rng.below(total as u64) as usize;
-            if to != w && kind == Kind::Processing {
-                seq += 1;
-                let id = DATA_BIT | seq;
-                let instant = |t: u64, kind: Kind, id: u64| Event {
-                    start: t,
-                    end: t,
-                    kind,
-                    op: NO_OP,
-                    id,
-                };
-                lanes[w].events.push(instant(t, Kind::DataSend, id));
-                let delay = 1 + rng.below(step);
-                if w / workers == to / workers {
-                    lanes[to]
-                        .events
-                        .push(instant(t + delay, Kind::DataRecv, id));
-                } else {
-                    let peer = |n: usize| format!("node-{n}");
-                    let mut lane_of = |lanes: &mut Vec<SynthLane>, outgoing: bool| {
-                        *links.entry((w, to, outgoing)).or_insert_with(|| {
-                            lanes.push(SynthLane {
-                                name: LaneName::Link {
-                                    peer: peer(if outgoing { to / workers } else { w / workers }),
-                                    outgoing,
-                                    edge: 0,
-                                    from: w,
-                                    to,
-                                },
-                                ops: Vec::new(),
-                                events: Vec::new(),
-                            });
-                            lanes.len() - 1
-                        })
-                    };
-                    let out = lane_of(&mut lanes, true);
-                    let inc = lane_of(&mut lanes, false);
-                    let wire = wire_id(1, 0, w, to, seq);
-                    let local = DATA_BIT | (1 << 41) | seq;
-                    let t1 = t + delay / 4;
-                    let t2 = t1 + delay / 4;
-                    let t3 = t2 + delay / 4;
-                    let t4 = t + delay;
-                    let ev = &mut lanes[out].events;
-                    ev.push(instant(t1, Kind::DataRecv, id));
-                    ev.push(Event {
-                        start: t1,
-                        end: t2,
-                        kind: Kind::Serialization,
-                        op: NO_OP,
-                        id: 0,
-                    });
-                    ev.push(instant(t2, Kind::DataSend, wire));
-                    let ev = &mut lanes[inc].events;
-                    ev.push(instant(t3, Kind::DataRecv, wire));
-                    ev.push(Event {
-                        start: t3,
-                        end: t4,
-                        kind: Kind::Deserialization,
-                        op: NO_OP,
-                        id: 0,
-                    });
-                    ev.push(instant(t4, Kind::DataSend, local));
-                    lanes[to].events.push(instant(t4, Kind::DataRecv, local));
-                }
+        }
+        if t >= self.due[w] {
+            self.due[w] = t + self.about(1000);
+            t = self.poll(w, t, total);
+        }
+        // Parked until the next batch is due, or a message wakes it.
+        let woken = self.inbox[w].peek().map_or(u64::MAX, |r| r.0.0);
+        let until = self.due[w].min(woken).max(t + 1);
+        self.parked[w] = Some(self.lanes[w].events.len());
+        self.lanes[w]
+            .events
+            .push(Event::span(t, until, Kind::Waiting, NO_OP));
+        until
+    }
+
+    /// The source's batch through the map, split by key; the watermark
+    /// advances. Returns when it is done.
+    fn poll(&mut self, w: usize, mut t: u64, total: usize) -> u64 {
+        for (op, parts) in [(0, 30), (1, 20)] {
+            let d = self.about(parts);
+            self.lanes[w]
+                .events
+                .push(Event::span(t, t + d, Kind::Processing, op));
+            t += d;
+        }
+        for to in 0..total {
+            if to != w && self.rng.below(2) == 0 {
+                self.send(w, to, t, true);
             }
         }
+        let d = self.about(30);
+        self.lanes[w]
+            .events
+            .push(Event::span(t, t + d, Kind::Processing, 2));
+        t += d;
+        // The watermark advances: the map's call, one to every other
+        // worker, the window's call.
+        let d = self.about(5);
+        self.lanes[w]
+            .events
+            .push(Event::span(t, t + d, Kind::Processing, 1));
+        t += d;
+        for to in 0..total {
+            if to != w {
+                self.send(w, to, t, false);
+            }
+        }
+        let d = self.about(5);
+        self.lanes[w]
+            .events
+            .push(Event::span(t, t + d, Kind::Processing, 2));
+        t + d
     }
-    lanes
+
+    /// A message for `to` arrives at `at`: into its inbox, and a parked
+    /// worker wakes.
+    fn deliver(&mut self, to: usize, at: u64, id: u64) {
+        self.inbox[to].push(std::cmp::Reverse((at, id)));
+        if let Some(ix) = self.parked[to]
+            && at < self.now[to]
+        {
+            let park = &mut self.lanes[to].events[ix];
+            park.end = at.max(park.start + 1);
+            self.now[to] = park.end;
+            self.parked[to] = None;
+        }
+    }
+
+    fn link(&mut self, from: usize, to: usize, outgoing: bool) -> usize {
+        let workers = self.workers;
+        let lanes = &mut self.lanes;
+        let link_free = &mut self.link_free;
+        *self.links.entry((from, to, outgoing)).or_insert_with(|| {
+            let peer = if outgoing { to } else { from } / workers;
+            lanes.push(SynthLane {
+                name: LaneName::Link {
+                    peer: format!("node-{peer}"),
+                    outgoing,
+                    edge: 0,
+                    from,
+                    to,
+                },
+                ops: Vec::new(),
+                events: Vec::new(),
+            });
+            link_free.push(0);
+            lanes.len() - 1
+        })
+    }
+
+    /// A batch or watermark from `w` to `to` at `t`, through the exchange
+    /// lanes when `to` is on another node.
+    fn send(&mut self, w: usize, to: usize, t: u64, data: bool) {
+        self.seq += 1;
+        let id = if data { DATA_BIT | self.seq } else { self.seq };
+        let send = if data {
+            Kind::DataSend
+        } else {
+            Kind::ControlSend
+        };
+        let recv = if data {
+            Kind::DataRecv
+        } else {
+            Kind::ControlRecv
+        };
+        self.lanes[w].events.push(Event::instant(t, send, id));
+        if w / self.workers == to / self.workers {
+            let at = t + self.about(2);
+            self.deliver(to, at, id);
+            return;
+        }
+        let (out, inc) = (self.link(w, to, true), self.link(w, to, false));
+        let (out_free, inc_free) = (out - self.links_base(), inc - self.links_base());
+        let mut at = (t + self.about(2)).max(self.link_free[out_free]);
+        self.lanes[out].events.push(Event::instant(at, recv, id));
+        let wire = if data {
+            let seq = self.stream_seq.entry((w, to)).or_default();
+            *seq += 1;
+            let seq = *seq;
+            let d = self.about(5);
+            self.lanes[out]
+                .events
+                .push(Event::span(at, at + d, Kind::Serialization, NO_OP));
+            at += d;
+            let wire = wire_id(1, 0, w, to, seq);
+            self.lanes[out]
+                .events
+                .push(Event::instant(at, Kind::DataSend, wire));
+            Some(wire)
+        } else {
+            None
+        };
+        self.link_free[out_free] = at;
+        // Over the network, then the incoming stream's task.
+        let mut at = (at + self.about(20)).max(self.link_free[inc_free]);
+        if let Some(wire) = wire {
+            self.lanes[inc]
+                .events
+                .push(Event::instant(at, Kind::DataRecv, wire));
+            let d = self.about(5);
+            self.lanes[inc]
+                .events
+                .push(Event::span(at, at + d, Kind::Deserialization, NO_OP));
+            at += d;
+        }
+        self.seq += 1;
+        let local = if data { DATA_BIT | self.seq } else { self.seq };
+        self.lanes[inc].events.push(Event::instant(at, send, local));
+        self.link_free[inc_free] = at;
+        let arrive = at + self.about(2);
+        self.deliver(to, arrive, local);
+    }
+
+    /// The index of the first exchange lane (they follow the workers).
+    fn links_base(&self) -> usize {
+        self.inbox.len()
+    }
 }
 
 /// Analyses synthetic lanes as the collector analyses real ones.
@@ -152,6 +307,7 @@ pub(crate) fn analyze_lanes(lanes: &[SynthLane], ws: u64, we: u64) -> WindowRepo
         .map(|l| LaneView {
             label: l.name.label(),
             peer: l.name.peer(),
+            node: None,
             gap: l.name.gap(),
             ops: &l.ops,
             events: &l.events,
@@ -168,9 +324,20 @@ mod tests {
     fn a_synthetic_window_sums_to_one_per_dimension() {
         let lanes = pipeline(2, 2, 1_000_000_000, 3_000, 7);
         let r = analyze_lanes(&lanes, 0, 1_000_000_000);
-        // Four workers each waiting an eighth of the time all wait at
-        // once somewhere in a second: CP is over the busy periods.
+        // Four workers that wait most of the time all wait at once
+        // somewhere in a second: CP is over the busy periods.
         assert_eq!(r.paths, "busy");
+        // At about the density asked for, each lane's events in time order
+        // (as a ring hands them over).
+        let per_worker = lanes.iter().take(4).map(|l| l.events.len()).sum::<usize>() / 4;
+        assert!((2_000..4_500).contains(&per_worker), "{per_worker}");
+        for l in &lanes {
+            assert!(
+                l.events.windows(2).all(|p| p[0].end <= p[1].end),
+                "{:?}",
+                l.name
+            );
+        }
         for rows in [&r.activities, &r.workers, &r.peers] {
             let sum: f64 = rows.iter().map(|r| r.cp).sum();
             assert!((sum - 1.0).abs() < 1e-6, "{rows:?}");

@@ -94,7 +94,7 @@ fn last_value(last: f64, horizon: usize) -> Forecast {
 /// The error of forecasts once the actual rates are known, against the
 /// last-value forecast over the same steps, as mean absolute percentage
 /// errors (steps whose actual rate is 0 are skipped).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Accuracy {
     pending: Vec<(u64, f64, f64)>,
     model_error: f64,
@@ -123,6 +123,11 @@ impl Accuracy {
             }
             false
         });
+    }
+
+    /// Forecast steps scored so far.
+    pub(crate) fn scored(&self) -> u64 {
+        self.scored
     }
 
     /// (model, last value) mean absolute percentage errors, in percent.

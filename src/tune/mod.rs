@@ -8,12 +8,13 @@
 //! run. Recording rates, profiling runs and applying a choice are the
 //! daemon's.
 //!
-//! Only the tests use this so far: the daemon's side (the rate history in
-//! sled, profiling runs, applying a choice, `eddy tune`) comes next, and
-//! until it does the linker leaves these models out of the binary.
+//! The daemon's side is `daemon::tune` (rate history and models in sled,
+//! `GET /tune`) and `eddy tune`. Some helpers (hypervolume, dominance)
+//! serve the optimiser's tests only.
 #![allow(dead_code)]
 
 pub(crate) mod forecast;
 pub(crate) mod gp;
 pub(crate) mod optimizer;
 pub(crate) mod pareto;
+pub(crate) mod space;

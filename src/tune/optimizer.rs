@@ -85,6 +85,13 @@ impl Optimizer {
         }
     }
 
+    /// Drops `n` points of the initial design: runs made before a restart
+    /// (restored with [`Optimizer::observe`]) already covered them.
+    pub(crate) fn skip_design(&mut self, n: usize) {
+        let keep = self.design.len().saturating_sub(n);
+        self.design.truncate(keep);
+    }
+
     pub(crate) fn observations(&self) -> &[Observation] {
         &self.observations
     }

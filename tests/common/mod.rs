@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -49,14 +51,63 @@ impl Scratch {
     }
 }
 
+/// How long one `eddy run` of a test may take before it counts as hung.
+/// Generous: a loaded 2-core CI machine runs these in seconds.
+pub const RUN_LIMIT: Duration = Duration::from_secs(240);
+
+/// `Command::output`, but a child still running after `limit` is a failure,
+/// not a CI run that never ends: the panic carries every thread's stack
+/// (from gdb, where it is installed) and what the child printed so far.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn eddy");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for eddy") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let stacks = Command::new("gdb")
+                .args(["-batch", "-p", &child.id().to_string()])
+                .args(["-ex", "thread apply all bt"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no gdb: {e})"));
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = stderr.join().unwrap_or_default();
+            panic!(
+                "eddy hung: still running after {limit:?}\nstderr:\n{}\nthreads:\n{stacks}",
+                String::from_utf8_lossy(&err)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
 /// Runs `eddy run` on a config file; panics with its output if it fails.
 pub fn run_ok(config: &Path) -> Output {
-    let out = eddy()
-        .arg("run")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn eddy");
+    let out = output_within(
+        eddy().arg("run").arg(config).stdin(Stdio::null()),
+        RUN_LIMIT,
+    );
     assert!(
         out.status.success(),
         "eddy run {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -201,6 +252,7 @@ impl Drop for Running {
     }
 }
 
+
 /// A free TCP port on 127.0.0.1 (free when asked; a test binds it soon).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -210,16 +262,36 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Waits up to 30 s for a daemon's local API on 127.0.0.1:`port` to
+/// answer `GET /health`.
+pub fn wait_for_api(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while http(port, "GET", "/health").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API on port {port} did not come up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// One HTTP/1.1 request without a body to 127.0.0.1:`port`; returns the
 /// status code and the body, or `None` if nothing answered.
 pub fn http(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    http_with(port, method, path, "")
+}
+
+/// One HTTP/1.1 request with a JSON `body` to 127.0.0.1:`port`; returns
+/// the status code and the body, or `None` if nothing answered.
+pub fn http_with(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+    s.set_read_timeout(Some(std::time::Duration::from_secs(200)))
         .ok()?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut text = String::new();

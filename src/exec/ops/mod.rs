@@ -1,5 +1,6 @@
 //! The transform operators, one file each.
 
+mod bin_bytes;
 pub(crate) mod bin_cache;
 mod dirty;
 mod filter;

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::bin_bytes::BinBytes;
 use super::bin_cache::{BinCache, StateAccess};
 use super::dirty::{BinEntries, DirtyBins};
 use super::pane::{Entry, INLINE_WORDS, Pane};
@@ -51,6 +52,8 @@ pub(crate) struct Window<K: GroupKey> {
     /// Bins the last checkpoint wrote, while it may be uncommitted: their
     /// state in the store is not current yet, so eviction spills them.
     unconfirmed: Option<(u64, Vec<u32>)>,
+    /// The state bytes per bin the controller reads.
+    bin_bytes: BinBytes,
 }
 
 /// One key of one window as a checkpoint stores it (the key itself is
@@ -168,6 +171,7 @@ impl<K: GroupKey> Window<K> {
             dirty: DirtyBins::new(bins),
             cache: state.map(|s| BinCache::new(s, bins, entry_bytes)),
             unconfirmed: None,
+            bin_bytes: BinBytes::new(entry_bytes),
         }
     }
 
@@ -610,6 +614,16 @@ impl<K: GroupKey> Operator for Window<K> {
                 }
             }
             entry.remove();
+        }
+        if self.bin_bytes.due(ctx.metrics) {
+            let hashes = self
+                .windows
+                .values()
+                .flat_map(|p| p.pane.table.iter().map(|e| e.hash));
+            let cache = &self.cache;
+            self.bin_bytes.publish(ctx.metrics, hashes, |bin| {
+                cache.as_ref().is_none_or(|c| c.is_resident(bin))
+            });
         }
     }
 

@@ -14,6 +14,13 @@ pub(crate) fn fmix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Whether event `i` carries the hot key, for `percent` % of the events:
+/// a hash of the index, independent of the other fields' hashes.
+#[inline]
+pub(crate) fn is_hot(i: u64, percent: u8) -> bool {
+    percent > 0 && ((fmix64(i ^ 0x5851_F42D_4C95_7F2D) >> 32) * 100) >> 32 < u64::from(percent)
+}
+
 /// The per-seed key mixed into every event hash. Hashing the seed first
 /// keeps seeds 0, 1, 2.. from giving shifted copies of one sequence.
 #[inline]

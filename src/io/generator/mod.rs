@@ -11,6 +11,7 @@
 //! | `start_ms`          | yes      | yes    | yes     |
 //! | `events_per_second` | yes      | yes    | yes (of the global person+auction+bid stream) |
 //! | `disorder_ms`       | yes      | no     | no      |
+//! | `hot_key_percent`   | yes (`s0`) | yes (key 0) | no |
 //! | `event_time_field`  | yes      | yes    | yes     |
 //!
 //! For wcount the defaults (`start_ms` 0, 100 000 events/s) make
@@ -65,6 +66,10 @@ pub(crate) struct GeneratorSpec {
     /// Readings only: each event's time is moved back by a pseudo-random
     /// amount in `[0, disorder_ms]`.
     pub(crate) disorder_ms: i64,
+    /// Skew: this percentage of the events (picked by a hash of the event
+    /// index, so still a pure function of it) carry the first key (`s0`,
+    /// key 0) instead of their own. 0 is no skew.
+    pub(crate) hot_key_percent: u8,
     /// Index of the field whose value is the record's event time.
     pub(crate) event_time_field: usize,
 }
@@ -89,6 +94,7 @@ impl GeneratorSpec {
             start_ms,
             events_per_second,
             disorder_ms: 0,
+            hot_key_percent: 0,
             event_time_field,
         }
     }

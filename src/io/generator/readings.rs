@@ -2,7 +2,7 @@
 //! (20.0..=90.0 %), both with one decimal, and `ts`, optionally out of order
 //! by up to `disorder_ms`.
 
-use super::mix::{FloorRatio, below, event_hash, fmix64, seed_key};
+use super::mix::{FloorRatio, below, event_hash, fmix64, is_hot, seed_key};
 use super::{Generator, GeneratorSpec};
 use crate::data::BatchBuilder;
 
@@ -23,6 +23,7 @@ pub(crate) struct Readings {
     start_ms: i64,
     events_per_second: u64,
     disorder_ms: i64,
+    hot_key_percent: u8,
     /// `"s0s1s2.."` with `ends[k]` the end of name `k`: one allocation for
     /// all names, and `push_str` of a slice per event.
     names: String,
@@ -53,6 +54,7 @@ impl Readings {
             start_ms: spec.start_ms,
             events_per_second: spec.events_per_second,
             disorder_ms: spec.disorder_ms,
+            hot_key_percent: spec.hot_key_percent,
             names,
             ends,
             temps: tenths(TEMP_MIN_TENTHS, TEMP_STEPS),
@@ -88,7 +90,11 @@ impl Generator for Readings {
             let h = event_hash(self.key, i);
             // A second, independent word for the fields besides the sensor.
             let h2 = fmix64(h ^ 0xA076_1D64_78BD_642F);
-            let sensor = below(h, self.keys);
+            let sensor = if is_hot(i, self.hot_key_percent) {
+                0
+            } else {
+                below(h, self.keys)
+            };
             let temp = self.temps[(((h2 >> 48) * TEMP_STEPS) >> 16) as usize];
             let humidity =
                 self.humidities[((((h2 >> 32) & 0xFFFF) * HUMIDITY_STEPS) >> 16) as usize];

@@ -372,3 +372,33 @@ fn generator_speed() {
         );
     }
 }
+
+#[test]
+fn hot_key_percent_puts_that_share_on_the_first_key_and_stays_partition_free() {
+    const N: usize = 20_000;
+    for kind in [GeneratorKind::Readings, GeneratorKind::Wcount] {
+        let spec = GeneratorSpec {
+            keys: 1000,
+            hot_key_percent: 40,
+            ..GeneratorSpec::defaults(kind)
+        };
+        let b = generate(&spec, 0, 1, N, 1024);
+        let hot = (0..b.len())
+            .filter(|&r| match kind {
+                GeneratorKind::Readings => b.column(0).str(r) == Some("s0"),
+                _ => b.column(0).int(r) == Some(0),
+            })
+            .count();
+        // 40 % hot, plus the first key's own share of the rest (0.1 %).
+        let share = hot as f64 / N as f64;
+        assert!((0.38..0.43).contains(&share), "{kind:?}: {share}");
+        // Still a pure function of the index: two workers' slices make
+        // the same events as one.
+        let mut split = rows(&generate(&spec, 0, 2, N / 2, 500));
+        split.extend(rows(&generate(&spec, 1, 2, N / 2, 700)));
+        split.sort();
+        let mut whole = rows(&b);
+        whole.sort();
+        assert!(split == whole, "{kind:?}");
+    }
+}

@@ -2,7 +2,7 @@
 //! `key = (i * 2654435761) mod keys` (64-bit wrapping), `value = i mod 100`,
 //! `ts = start_ms + i * 1000 / events_per_second` (`i / 100` by default).
 
-use super::mix::FloorRatio;
+use super::mix::{FloorRatio, is_hot};
 use super::{Generator, GeneratorSpec};
 use crate::data::BatchBuilder;
 
@@ -17,6 +17,7 @@ pub(crate) struct Wcount {
     keys: u64,
     start_ms: i64,
     events_per_second: u64,
+    hot_key_percent: u8,
     /// Which of `key`, `value`, `ts` (0, 1, 2) is the event time.
     time_field: usize,
 }
@@ -27,13 +28,18 @@ impl Wcount {
             keys: spec.keys,
             start_ms: spec.start_ms,
             events_per_second: spec.events_per_second,
+            hot_key_percent: spec.hot_key_percent,
             time_field: spec.event_time_field,
         }
     }
 
     /// Event `i` as `(key, value, ts)`, straight from the formula.
     pub(crate) fn event(&self, i: u64) -> (i64, i64, i64) {
-        let key = i.wrapping_mul(KEY_MULTIPLIER) % self.keys;
+        let key = if is_hot(i, self.hot_key_percent) {
+            0
+        } else {
+            i.wrapping_mul(KEY_MULTIPLIER) % self.keys
+        };
         let offset = (i as u128 * 1000 / self.events_per_second as u128) as i64;
         (
             key as i64,
@@ -69,7 +75,9 @@ impl Generator for Wcount {
         // three divisions per event (the difference between ~40 and well
         // over 100 M events/s). Past 6.9e9 events the product wraps and
         // the slow path keeps the formula exact.
-        if last.is_none_or(|l| l.checked_mul(KEY_MULTIPLIER).is_none()) {
+        // A hot key takes the per-event path as well.
+        if self.hot_key_percent > 0 || last.is_none_or(|l| l.checked_mul(KEY_MULTIPLIER).is_none())
+        {
             for k in 0..n as u64 {
                 let (key, value, ts) = self.event(first.wrapping_add(k.wrapping_mul(step)));
                 self.push(out, key, value, ts, ingest_ns);

@@ -1,0 +1,676 @@
+//! The tuner beside a running pipeline (`[tune] enabled = true`): every
+//! `step` it samples the input rate (records out of every source), keeps
+//! it in sled, forecasts the next `horizon` with `tune::forecast`, scores
+//! the earlier forecasts against what came, and asks the optimiser for the
+//! configuration to run at the forecast peak. `GET /tune` shows all of it;
+//! `POST /tune/observe` tells the optimiser what a profiling run measured.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::http::{Response, Router};
+use super::tune_store::{Measured, TuneStore};
+use crate::config::{NodeConfig, TuneConfig};
+use crate::exec::Reporter;
+use crate::plan::NodeKind;
+use crate::tune::forecast::{self, Accuracy, Forecast};
+use crate::tune::optimizer::{Observation, Optimizer};
+use crate::tune::space;
+
+/// Points of the initial space-filling design before the models steer.
+const INITIAL_DESIGN: usize = 8;
+/// Standard deviations of margin a choice must meet the goals by.
+const MARGIN: f64 = 1.0;
+/// The season of the input rate: a day.
+const SEASON_MS: u64 = 24 * 3600 * 1000;
+/// Without two seasons of history, AutoETS is fitted to at most this many
+/// of the latest points.
+const ETS_WINDOW: usize = 2000;
+/// Objectives, minimised, in order.
+const OBJECTIVES: [&str; 2] = ["cpu_s", "peak_memory_bytes"];
+
+/// What `GET /tune` answers (and `eddy tune` reads).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct TuneState {
+    pub(crate) step_ms: u64,
+    pub(crate) horizon_ms: u64,
+    pub(crate) goals: Goals,
+    /// The search space, in the optimiser's order.
+    pub(crate) space: Vec<Range>,
+    /// The latest samples, oldest first.
+    pub(crate) history: Vec<Sample>,
+    /// The latest forecast, from the step after the last sample.
+    pub(crate) forecast: Option<ForecastView>,
+    /// How wrong the forecasts were, once their steps came.
+    pub(crate) error: Option<ErrorView>,
+    pub(crate) optimizer: OptimizerView,
+    #[serde(default)]
+    pub(crate) profiling: ProfilingView,
+}
+
+/// The profiling runs this node starts itself.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct ProfilingView {
+    /// `[tune] profile`.
+    pub(crate) enabled: bool,
+    pub(crate) interval_ms: u64,
+    pub(crate) duration_ms: u64,
+    /// Runs this node made since it started, and their CPU seconds.
+    pub(crate) runs: u64,
+    pub(crate) cpu_s: f64,
+    /// Why the last attempt made no run, if it did not.
+    pub(crate) last_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Goals {
+    pub(crate) latency_p99_ms: f64,
+    pub(crate) max_recovery_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Range {
+    pub(crate) name: String,
+    pub(crate) min: u64,
+    pub(crate) max: u64,
+    /// `count`, `bytes` or `ms`.
+    pub(crate) unit: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Sample {
+    pub(crate) unix_ms: u64,
+    /// Records per second from all sources over the step before.
+    pub(crate) rate: f64,
+    /// What the forecast of the step before predicted for this one.
+    pub(crate) predicted: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ForecastView {
+    /// The time of the first point; the others follow every step.
+    pub(crate) from_unix_ms: u64,
+    /// `mstl+ets`, `ets` or `last value`.
+    pub(crate) model: String,
+    pub(crate) points: Vec<f64>,
+    pub(crate) peak: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ErrorView {
+    /// Mean absolute percentage error of the forecasts, over `scored`
+    /// forecast steps.
+    pub(crate) model_mape_pct: f64,
+    /// The same of the last-value forecast, the baseline to beat.
+    pub(crate) last_value_mape_pct: f64,
+    pub(crate) scored: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ObservationView {
+    #[serde(flatten)]
+    pub(crate) measured: Measured,
+    /// Met both goals.
+    pub(crate) feasible: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct OptimizerView {
+    pub(crate) observations: Vec<ObservationView>,
+    /// Indices into `observations` of the Pareto front (feasible runs no
+    /// other beats in both CPU and memory), by CPU.
+    pub(crate) front: Vec<usize>,
+    /// The settings the next profiling run should try.
+    pub(crate) next_profile: Option<BTreeMap<String, u64>>,
+    pub(crate) choice: Option<ChoiceView>,
+    /// Why this choice, or why there is none.
+    pub(crate) why: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ChoiceView {
+    pub(crate) settings: BTreeMap<String, u64>,
+    /// The rate it is chosen for: the forecast peak.
+    pub(crate) rate: f64,
+    pub(crate) expected_cpu_s: f64,
+    pub(crate) expected_peak_memory_bytes: f64,
+    /// Expected value of each goal, margin included.
+    pub(crate) expected_latency_p99_ms: f64,
+    pub(crate) expected_recovery_s: f64,
+}
+
+/// The running tuner: its thread stops when this is dropped.
+pub(crate) struct TuneService {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    profiler: Option<std::thread::JoinHandle<()>>,
+}
+
+pub(crate) struct Shared {
+    config: TuneConfig,
+    /// The running pipeline, with a generation that changes on reload (its
+    /// counters start again from zero).
+    reporter: Mutex<(u64, Option<Reporter>)>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    store: TuneStore,
+    optimizer: Optimizer,
+    measured: Vec<Measured>,
+    accuracy: Accuracy,
+    /// The latest forecast and the step it was made at.
+    forecast: Option<(u64, Forecast)>,
+    /// One-step-ahead predictions of recent steps, by unix ms.
+    predicted: VecDeque<(u64, f64)>,
+    next_profile: Option<Vec<f64>>,
+    choice: Option<ChoiceView>,
+    why: String,
+    profiling: ProfilingView,
+}
+
+impl TuneService {
+    /// Opens the tuner's store in the data dir and starts its thread, and
+    /// with `profile` the profiling runs' (of the pipeline in `pipeline`).
+    pub(crate) fn start(node: &NodeConfig, pipeline: &Path) -> Result<TuneService, String> {
+        let config = node.tune.clone();
+        let store = TuneStore::open(&node.data_dir)?;
+        let mut optimizer = Optimizer::new(config.settings.len(), true, 2, INITIAL_DESIGN, 1);
+        let mut measured = Vec::new();
+        for m in store.observations() {
+            // A run outside a range changed since is kept on disk, but the
+            // models fit the space as it is configured now.
+            match observation(&config, &m) {
+                Ok(o) => {
+                    if optimizer.observe(o).is_ok() {
+                        measured.push(m);
+                    }
+                }
+                Err(e) => tracing::warn!("tuner: a stored profiling run is left out: {e}"),
+            }
+        }
+        optimizer.skip_design(measured.len());
+        let accuracy = store.accuracy();
+        let kept = store.rate_count();
+        tracing::info!(
+            "tuner: {kept} rate samples and {} profiling runs restored; sampling every {} ms",
+            measured.len(),
+            config.step_ms
+        );
+        let mut inner = Inner {
+            store,
+            optimizer,
+            measured,
+            accuracy,
+            forecast: None,
+            predicted: VecDeque::new(),
+            next_profile: None,
+            choice: None,
+            why: String::new(),
+            profiling: ProfilingView {
+                enabled: config.profile,
+                interval_ms: config.profile_interval_ms,
+                duration_ms: config.profile_duration_ms,
+                ..ProfilingView::default()
+            },
+        };
+        inner.decide(&config);
+        let shared = Arc::new(Shared {
+            config,
+            reporter: Mutex::new((0, None)),
+            inner: Mutex::new(inner),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("eddy-tune".into())
+                .spawn(move || sample_loop(&shared, &stop))
+                .map_err(|e| format!("tuner: cannot start its thread: {e}"))?
+        };
+        let mut service = TuneService {
+            shared: shared.clone(),
+            stop: stop.clone(),
+            thread: Some(thread),
+            profiler: None,
+        };
+        if shared.config.profile {
+            let pipeline = pipeline.to_path_buf();
+            let scratch = node.data_dir.join("tune-profile");
+            let h = std::thread::Builder::new()
+                .name("eddy-profile".into())
+                .spawn(move || profile_loop(&shared, &stop, &pipeline, scratch))
+                .map_err(|e| format!("tuner: cannot start the profiling thread: {e}"))?;
+            service.profiler = Some(h);
+        }
+        Ok(service)
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Samples `reporter`'s sources from now on (`None` between two
+    /// pipelines of a reload).
+    pub(crate) fn attach(&self, reporter: Option<Reporter>) {
+        let mut r = lock(&self.shared.reporter);
+        r.0 += 1;
+        r.1 = reporter;
+    }
+}
+
+impl Drop for TuneService {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in [self.thread.take(), self.profiler.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Samples on the step's wall-clock grid, so that a sample's step number
+/// (unix ms / step) is consecutive and survives a restart.
+fn sample_loop(shared: &Shared, stop: &AtomicBool) {
+    let step = shared.config.step_ms;
+    let mut baseline: Option<(u64, Instant, u64)> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let now = unix_ms();
+        let next = (now / step + 1) * step;
+        let wait = Duration::from_millis(next - now);
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
+        }
+        let (generation, total) = {
+            let r = lock(&shared.reporter);
+            let Some(reporter) = r.1.clone() else {
+                baseline = None;
+                continue;
+            };
+            let total: u64 = reporter
+                .report()
+                .components
+                .iter()
+                .filter(|c| c.kind == NodeKind::Source)
+                .map(|c| c.counters.records_out)
+                .sum();
+            (r.0, total)
+        };
+        let at = Instant::now();
+        let rate = match baseline {
+            Some((g, t, n)) if g == generation && total >= n => {
+                Some((total - n) as f64 / at.duration_since(t).as_secs_f64().max(1e-3))
+            }
+            _ => None,
+        };
+        baseline = Some((generation, at, total));
+        if let Some(rate) = rate {
+            let mut inner = lock(&shared.inner);
+            if let Err(e) = inner.sample(&shared.config, next, rate) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+}
+
+/// A profiling run every `profile_interval` (from start to start) of the
+/// settings the optimiser proposes, at the forecast peak.
+fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: PathBuf) {
+    let config = &shared.config;
+    let interval = Duration::from_millis(config.profile_interval_ms);
+    let mut next = Instant::now() + interval.min(Duration::from_secs(60));
+    while !stop.load(Ordering::Relaxed) {
+        if Instant::now() < next {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+            continue;
+        }
+        next = Instant::now() + interval;
+        let job = {
+            let inner = lock(&shared.inner);
+            let rate = inner.forecast.as_ref().map(|(_, f)| f.peak());
+            inner
+                .next_profile
+                .as_ref()
+                .zip(rate)
+                .map(|(x, r)| (named(config, &space::denormalise(&config.settings, x)), r))
+        };
+        let Some((settings, rate)) = job else {
+            continue;
+        };
+        if rate < 1.0 {
+            lock(&shared.inner).profiling.last_error =
+                Some("the forecast rate is below 1 record/s: nothing to profile at".into());
+            continue;
+        }
+        let profile = super::tune_profile::Profile {
+            pipeline,
+            settings: &settings,
+            rate,
+            duration: Duration::from_millis(config.profile_duration_ms),
+            scratch: scratch.clone(),
+        };
+        let outcome = super::tune_profile::run(&profile, stop);
+        let mut inner = lock(&shared.inner);
+        let told = outcome.and_then(|m| {
+            let cpu = m.cpu_s;
+            inner.observe(config, m).map(|_| cpu)
+        });
+        match told {
+            Ok(cpu) => {
+                inner.profiling.runs += 1;
+                inner.profiling.cpu_s += cpu;
+                inner.profiling.last_error = None;
+            }
+            Err(e) => {
+                if !stop.load(Ordering::Relaxed) {
+                    tracing::warn!("tuner: no profiling run: {e}");
+                }
+                inner.profiling.last_error = Some(e);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// A new sample at `unix_ms`: store it, score the forecasts made for
+    /// it, forecast again and choose again.
+    fn sample(&mut self, config: &TuneConfig, unix_ms: u64, rate: f64) -> Result<(), String> {
+        let step = unix_ms / config.step_ms;
+        self.store.push_rate(unix_ms, rate)?;
+        if let Some((at, f)) = &self.forecast
+            && *at + 1 == step
+            && let Some(&p) = f.point.first()
+        {
+            self.predicted.push_back((unix_ms, p));
+            while self.predicted.len() > 1000 {
+                self.predicted.pop_front();
+            }
+        }
+        self.accuracy.actual(step, rate);
+        let period = (SEASON_MS / config.step_ms) as usize;
+        let have = self.store.rate_count();
+        let window = if have >= 2 * period {
+            have.min(3 * period)
+        } else {
+            have.min(ETS_WINDOW)
+        };
+        let history: Vec<f64> = self
+            .store
+            .rates(window)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        let f = forecast::forecast(&history, period, config.horizon_steps());
+        self.accuracy.forecasted(step, rate, &f);
+        self.store.save_accuracy(&self.accuracy)?;
+        self.forecast = Some((step, f));
+        self.decide(config);
+        Ok(())
+    }
+
+    /// The configuration for the forecast peak, or why there is none.
+    fn decide(&mut self, config: &TuneConfig) {
+        let peak = self.forecast.as_ref().map(|(_, f)| f.peak());
+        let Some(peak) = peak else {
+            self.choice = None;
+            self.why =
+                "no forecast yet: the first rate samples come one step after the pipeline starts"
+                    .into();
+            return;
+        };
+        // The next run to profile: at the rate the pipeline is heading for.
+        if self.next_profile.is_none() {
+            self.next_profile = Some(self.optimizer.suggest(space::rate(peak)));
+        }
+        let n = self.measured.len();
+        if n < 2 {
+            self.choice = None;
+            let how = if config.profile {
+                format!(
+                    "this node makes one every {} ms",
+                    config.profile_interval_ms
+                )
+            } else {
+                "[tune] profile = false: POST /tune/observe tells them one".to_string()
+            };
+            self.why = format!(
+                "{n} profiling run{} so far; the models need at least 2 ({how})",
+                if n == 1 { "" } else { "s" }
+            );
+            return;
+        }
+        match self.optimizer.choose(space::rate(peak), MARGIN) {
+            Some(c) => {
+                self.why = format!(
+                    "the least CPU and memory (normalised, summed) of the settings the models expect to meet \
+                     latency_p99_ms {} and max_recovery_s {} with {MARGIN} standard deviation of margin at the \
+                     forecast peak of {peak:.0} records/s, from {n} profiling runs",
+                    config.latency_p99_ms, config.max_recovery_s
+                );
+                self.choice = Some(ChoiceView {
+                    settings: named(config, &space::denormalise(&config.settings, &c.x)),
+                    rate: peak,
+                    expected_cpu_s: c.objectives[0],
+                    expected_peak_memory_bytes: c.objectives[1],
+                    expected_latency_p99_ms: c.constraints[0] * config.latency_p99_ms,
+                    expected_recovery_s: c.constraints[1] * config.max_recovery_s,
+                });
+            }
+            None => {
+                self.choice = None;
+                self.why = format!(
+                    "no settings in the [tune] ranges are expected to meet latency_p99_ms {} and \
+                     max_recovery_s {} at the forecast peak of {peak:.0} records/s ({n} profiling runs): \
+                     widen the ranges or relax the goals",
+                    config.latency_p99_ms, config.max_recovery_s
+                );
+            }
+        }
+    }
+
+    fn view(&mut self, config: &TuneConfig) -> TuneState {
+        let tail = (4 * config.horizon_steps()).clamp(60, 1000);
+        let history = self
+            .store
+            .rates(tail)
+            .into_iter()
+            .map(|(unix_ms, rate)| Sample {
+                unix_ms,
+                rate,
+                predicted: self
+                    .predicted
+                    .iter()
+                    .find(|(t, _)| *t == unix_ms)
+                    .map(|&(_, p)| p),
+            })
+            .collect();
+        let forecast = self.forecast.as_ref().map(|(at, f)| ForecastView {
+            from_unix_ms: (at + 1) * config.step_ms,
+            model: f.model.name().to_string(),
+            points: f.point.clone(),
+            peak: f.peak(),
+        });
+        let error = self.accuracy.mape().map(|(m, n)| ErrorView {
+            model_mape_pct: m,
+            last_value_mape_pct: n,
+            scored: self.accuracy.scored(),
+        });
+
+        let observations = self
+            .measured
+            .iter()
+            .zip(self.optimizer.observations())
+            .map(|(m, o)| ObservationView {
+                measured: m.clone(),
+                feasible: o.feasible(),
+            })
+            .collect();
+        let all = self.optimizer.observations();
+        let front = self
+            .optimizer
+            .front()
+            .into_iter()
+            .filter_map(|f| all.iter().position(|o| std::ptr::eq(o, f)))
+            .collect();
+        TuneState {
+            step_ms: config.step_ms,
+            horizon_ms: config.horizon_ms,
+            goals: Goals {
+                latency_p99_ms: config.latency_p99_ms,
+                max_recovery_s: config.max_recovery_s,
+            },
+            space: config
+                .settings
+                .iter()
+                .map(|s| Range {
+                    name: s.name.to_string(),
+                    min: s.min,
+                    max: s.max,
+                    unit: match s.unit {
+                        crate::config::Unit::Count => "count",
+                        crate::config::Unit::Bytes => "bytes",
+                        crate::config::Unit::Millis => "ms",
+                    }
+                    .to_string(),
+                })
+                .collect(),
+            history,
+            forecast,
+            error,
+            optimizer: OptimizerView {
+                observations,
+                front,
+                next_profile: self
+                    .next_profile
+                    .as_ref()
+                    .map(|x| named(config, &space::denormalise(&config.settings, x))),
+                choice: self.choice.clone(),
+                why: self.why.clone(),
+            },
+            profiling: self.profiling.clone(),
+        }
+    }
+
+    fn observe(&mut self, config: &TuneConfig, m: Measured) -> Result<usize, String> {
+        let o = observation(config, &m)?;
+        self.optimizer.observe(o)?;
+        self.store.push_observation(&m)?;
+        self.measured.push(m);
+        self.next_profile = None;
+        self.decide(config);
+        Ok(self.measured.len())
+    }
+}
+
+fn named(config: &TuneConfig, values: &[u64]) -> BTreeMap<String, u64> {
+    config
+        .settings
+        .iter()
+        .zip(values)
+        .map(|(s, &v)| (s.name.to_string(), v))
+        .collect()
+}
+
+/// A measured run as the optimiser sees it, or why it cannot.
+fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String> {
+    let mut values = Vec::new();
+    for s in &config.settings {
+        match m.settings.get(s.name) {
+            Some(&v) => values.push(v),
+            None => return Err(format!("`settings` has no `{}`", s.name)),
+        }
+    }
+    if let Some(extra) = m
+        .settings
+        .keys()
+        .find(|k| !config.settings.iter().any(|s| s.name == k.as_str()))
+    {
+        return Err(format!(
+            "`settings` has `{extra}`, which [tune] does not search"
+        ));
+    }
+    let numbers = [
+        ("rate", m.rate),
+        (OBJECTIVES[0], m.cpu_s),
+        (OBJECTIVES[1], m.peak_memory_bytes),
+        ("latency_p99_ms", m.latency_p99_ms),
+        ("recovery_s", m.recovery_s),
+    ];
+    if let Some((name, v)) = numbers.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
+        return Err(format!("`{name}` must be a number of at least 0, not {v}"));
+    }
+    let mut x = space::normalise(&config.settings, &values)?;
+    x.push(space::rate(m.rate));
+    Ok(Observation {
+        x,
+        objectives: [m.cpu_s, m.peak_memory_bytes],
+        constraints: vec![
+            m.latency_p99_ms / config.latency_p99_ms,
+            m.recovery_s / config.max_recovery_s,
+        ],
+    })
+}
+
+/// `GET /tune` and `POST /tune/observe`; without a tuner both say how to
+/// turn it on.
+pub(crate) fn routes(router: Router, tuner: Option<Arc<Shared>>) -> Router {
+    const OFF: &str = "the tuner is off: set [tune] enabled = true in the pipeline file";
+    let get = tuner.clone();
+    router
+        .get("/tune", move |_| match &get {
+            None => Response::text(404, OFF),
+            Some(s) => {
+                let state = lock(&s.inner).view(&s.config);
+                Response::json(200, &state)
+            }
+        })
+        .route("POST", "/tune/observe", move |r| {
+            let tuner = tuner.clone();
+            Box::pin(async move {
+                let Some(s) = tuner else {
+                    return Response::text(404, OFF);
+                };
+                let m: Measured = match serde_json::from_slice(&r.body) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        return Response::text(
+                            400,
+                            &format!(
+                                "POST /tune/observe: the body must be {{\"settings\": {{\"workers\": N, ...}}, \
+                                 \"rate\", \"cpu_s\", \"peak_memory_bytes\", \"latency_p99_ms\", \"recovery_s\"}} ({e})"
+                            ),
+                        );
+                    }
+                };
+                // Fitting the models takes milliseconds: not on the
+                // server's executor.
+                let outcome = smol::unblock(move || lock(&s.inner).observe(&s.config, m)).await;
+                match outcome {
+                    Ok(n) => Response::json(200, &serde_json::json!({ "observations": n })),
+                    Err(e) => Response::text(422, &format!("POST /tune/observe: {e}")),
+                }
+            })
+        })
+}

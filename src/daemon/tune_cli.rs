@@ -1,0 +1,224 @@
+//! `eddy tune`: the tuner of a running node (its `GET /tune`): the
+//! forecast against the actual rate, the Pareto front of the profiling
+//! runs, the chosen configuration and why; `--plot` draws both as SVG.
+
+use std::fmt::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::status::{parse_api_target, request};
+use super::tune::{ObservationView, TuneState};
+
+pub(crate) fn tune(api: &str, json: bool, plot: Option<&Path>) -> ExitCode {
+    let addrs = match parse_api_target(api) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("eddy tune: --api: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let body = match request(&addrs, api, "GET", "/tune", "", Duration::from_secs(30)) {
+        Ok((200, body)) => body,
+        Ok((code, body)) => {
+            eprintln!(
+                "eddy tune: {api} answered {code}: {}",
+                String::from_utf8_lossy(&body).trim()
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("eddy tune: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state: TuneState = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("eddy tune: {api} answered something other than GET /tune's JSON: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = plot {
+        if let Err(e) = std::fs::write(path, super::tune_svg::svg(&state)) {
+            eprintln!("eddy tune: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        if !json {
+            eprintln!("eddy tune: plot written to {}", path.display());
+        }
+    }
+    if json {
+        println!("{}", String::from_utf8_lossy(&body).trim());
+    } else {
+        print!("{}", text(&state));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The human-readable view.
+pub(crate) fn text(s: &TuneState) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "rate (records/s, every {} ms; goals: p99 latency <= {} ms, recovery <= {} s)",
+        s.step_ms, s.goals.latency_p99_ms, s.goals.max_recovery_s
+    );
+    match s.history.last() {
+        None => out.push_str("  no samples yet\n"),
+        Some(last) => {
+            let _ = writeln!(
+                out,
+                "  {} samples shown, latest {:.1}",
+                s.history.len(),
+                last.rate
+            );
+            let _ = writeln!(
+                out,
+                "  {:>16} {:>12} {:>12}",
+                "unix ms", "actual", "forecast"
+            );
+            for x in s.history.iter().rev().take(8).rev() {
+                let p = x.predicted.map_or("-".into(), |p| format!("{p:.1}"));
+                let _ = writeln!(out, "  {:>16} {:>12.1} {:>12}", x.unix_ms, x.rate, p);
+            }
+        }
+    }
+    match &s.forecast {
+        None => out.push_str("forecast: none yet\n"),
+        Some(f) => {
+            let min = f.points.iter().copied().fold(f64::INFINITY, f64::min);
+            let _ = writeln!(
+                out,
+                "forecast ({}): next {} steps from {}: min {min:.1}, peak {:.1}",
+                f.model,
+                f.points.len(),
+                f.from_unix_ms,
+                f.peak
+            );
+        }
+    }
+    match &s.error {
+        None => out.push_str("forecast error: nothing scored yet\n"),
+        Some(e) => {
+            let _ = writeln!(
+                out,
+                "forecast error (MAPE over {} steps): {:.1} %, last value {:.1} %",
+                e.scored, e.model_mape_pct, e.last_value_mape_pct
+            );
+        }
+    }
+    let o = &s.optimizer;
+    let names: Vec<&str> = s.space.iter().map(|r| r.name.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "Pareto front ({} of {} profiling runs; feasible runs no other beats in both CPU and memory):",
+        o.front.len(),
+        o.observations.len()
+    );
+    if !o.front.is_empty() {
+        let mut header = String::new();
+        for n in &names {
+            let _ = write!(header, " {n:>19}");
+        }
+        let _ = writeln!(
+            out,
+            " {header} {:>10} {:>8} {:>12} {:>8} {:>10}",
+            "rate", "cpu_s", "memory", "p99 ms", "recovery s"
+        );
+        for &i in &o.front {
+            if let Some(ob) = o.observations.get(i) {
+                let _ = writeln!(out, " {}", row(&names, s, ob));
+            }
+        }
+    }
+    match &o.choice {
+        None => out.push_str("chosen: none\n"),
+        Some(c) => {
+            let settings: Vec<String> = names
+                .iter()
+                .map(|n| format!("{n} = {}", shown(s, n, c.settings.get(*n).copied())))
+                .collect();
+            let _ = writeln!(
+                out,
+                "chosen for {:.0} records/s: {}\n  expected: cpu {:.2} s, memory {}, p99 {:.1} ms, recovery {:.1} s",
+                c.rate,
+                settings.join(", "),
+                c.expected_cpu_s,
+                bytes(c.expected_peak_memory_bytes),
+                c.expected_latency_p99_ms,
+                c.expected_recovery_s
+            );
+        }
+    }
+    let _ = writeln!(out, "  why: {}", o.why);
+    let p = &s.profiling;
+    if p.enabled {
+        let _ = writeln!(
+            out,
+            "profiling: {} run{} of {} ms every {} ms by this node, {:.2} CPU s{}",
+            p.runs,
+            if p.runs == 1 { "" } else { "s" },
+            p.duration_ms,
+            p.interval_ms,
+            p.cpu_s,
+            p.last_error
+                .as_ref()
+                .map(|e| format!("; the last attempt made none: {e}"))
+                .unwrap_or_default()
+        );
+    } else {
+        out.push_str("profiling: off ([tune] profile = false)\n");
+    }
+    if let Some(next) = &o.next_profile {
+        let settings: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n} = {}", shown(s, n, next.get(*n).copied())))
+            .collect();
+        let _ = writeln!(out, "next profiling run: {}", settings.join(", "));
+    }
+    out
+}
+
+fn row(names: &[&str], s: &TuneState, o: &ObservationView) -> String {
+    let mut line = String::new();
+    for n in names {
+        let _ = write!(
+            line,
+            " {:>19}",
+            shown(s, n, o.measured.settings.get(*n).copied())
+        );
+    }
+    format!(
+        "{line} {:>10.0} {:>8.2} {:>12} {:>8.1} {:>10.1}",
+        o.measured.rate,
+        o.measured.cpu_s,
+        bytes(o.measured.peak_memory_bytes),
+        o.measured.latency_p99_ms,
+        o.measured.recovery_s
+    )
+}
+
+/// A setting's value in its unit, as the pipeline file writes it.
+fn shown(s: &TuneState, name: &str, v: Option<u64>) -> String {
+    let Some(v) = v else {
+        return "-".into();
+    };
+    match s
+        .space
+        .iter()
+        .find(|r| r.name == name)
+        .map(|r| r.unit.as_str())
+    {
+        Some("bytes") => bytes(v as f64),
+        Some("ms") => humantime::format_duration(Duration::from_millis(v)).to_string(),
+        _ => v.to_string(),
+    }
+}
+
+fn bytes(b: f64) -> String {
+    bytesize::ByteSize::b(b.max(0.0) as u64)
+        .display()
+        .iec()
+        .to_string()
+}

@@ -1,0 +1,63 @@
+//! Per-bin state size for the controller (`eddy_bin_state_bytes`, the
+//! gossiped bin summary): an operator recounts its keys per bin at most
+//! once a second, off the per-record path, and publishes the bytes in its
+//! metrics.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use crate::exec::metrics::{OpMetrics, instrumented};
+use crate::kernel::hash::bin_of;
+
+/// How often the keys are recounted: the controller reads once a second.
+const RECOUNT_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) struct BinBytes {
+    /// Bytes one key takes in memory (the operator's estimate).
+    entry_bytes: u64,
+    counted_at: Option<Instant>,
+    counts: Vec<u64>,
+}
+
+impl BinBytes {
+    pub(super) fn new(entry_bytes: u64) -> BinBytes {
+        BinBytes {
+            entry_bytes,
+            counted_at: None,
+            counts: Vec::new(),
+        }
+    }
+
+    /// Whether a recount is due (and the metrics have per-bin slots).
+    pub(super) fn due(&self, metrics: &OpMetrics) -> bool {
+        !metrics.bin_state_bytes.is_empty()
+            && instrumented()
+            && self
+                .counted_at
+                .is_none_or(|t| t.elapsed() >= RECOUNT_INTERVAL)
+    }
+
+    /// Counts the key `hashes` in memory per bin and publishes their bytes;
+    /// bins for which `kept(bin)` is false (their state is in the store,
+    /// not in memory) keep the bytes published before.
+    pub(super) fn publish(
+        &mut self,
+        metrics: &OpMetrics,
+        hashes: impl Iterator<Item = u64>,
+        kept: impl Fn(u32) -> bool,
+    ) {
+        self.counted_at = Some(Instant::now());
+        let slots = &metrics.bin_state_bytes;
+        let bins = slots.len() as u32;
+        self.counts.clear();
+        self.counts.resize(slots.len(), 0);
+        for h in hashes {
+            self.counts[bin_of(h, bins) as usize] += 1;
+        }
+        for (bin, (slot, &keys)) in slots.iter().zip(&self.counts).enumerate() {
+            if kept(bin as u32) {
+                slot.store(keys * self.entry_bytes, Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The tuner of a real `eddy run` (`[tune]` with a 200 ms step): it
+//! samples the generator's rate, forecasts it and scores the forecast;
+//! `POST /tune/observe` feeds the optimiser profiling runs, whose Pareto
+//! front and choice `eddy tune` shows (and `--plot` draws); the history
+//! and the runs survive a restart on the same data dir.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const PIPELINE: &str = r#"
+[node]
+data_dir = "{data}"
+workers = 1
+
+[api]
+address = "127.0.0.1:{port}"
+
+[tune]
+enabled = true
+step = "200ms"
+horizon = "2s"
+latency_p99_ms = 50
+max_recovery_s = 5
+profile = false
+
+
+[sources.g]
+type = "generator"
+rate = 2000
+
+[sinks.b]
+type = "blackhole"
+inputs = ["g"]
+"#;
+
+fn start(s: &Scratch, port: u16) -> Running {
+    start_with(s, port, PIPELINE)
+}
+
+fn start_with(s: &Scratch, port: u16, pipeline: &str) -> Running {
+    let text = pipeline
+        .replace("{port}", &port.to_string())
+        .replace("{data}", &s.path("data").display().to_string());
+    let file = s.write("pipeline.toml", &text);
+    let child = eddy()
+        .arg("run")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn eddy run");
+    wait_for_api(port);
+    Running(Some(child))
+}
+
+fn tune_state(port: u16) -> Value {
+    let (code, body) = http(port, "GET", "/tune").expect("GET /tune");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// Waits until `GET /tune` satisfies `done`.
+fn wait_for(port: u16, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    wait_longer(port, what, 60, done)
+}
+
+fn wait_longer(port: u16, what: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = tune_state(port);
+        if done(&v) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} within {secs} s: {v:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("http");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+fn run(workers: u64, batch: u64, cpu: f64, memory: f64, p99: f64) -> String {
+    json!({
+        "settings": {"workers": workers, "cache_bytes": 64u64 << 20, "checkpoint_interval": 10000,
+                     "batch_size": batch, "flush_interval": 10},
+        "rate": 2000.0, "cpu_s": cpu, "peak_memory_bytes": memory,
+        "latency_p99_ms": p99, "recovery_s": 1.0,
+    })
+    .to_string()
+}
+
+fn eddy_tune(port: u16, args: &[&str]) -> String {
+    let out = eddy()
+        .args(["tune", "--api", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .output()
+        .expect("eddy tune");
+    assert!(
+        out.status.success(),
+        "eddy tune {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn the_tuner_samples_forecasts_chooses_and_remembers() {
+    let s = Scratch::new();
+    let port = free_port();
+    let mut daemon = start(&s, port);
+    // Enough steps that forecasts made earlier have been scored.
+    let v = wait_for(port, "scored forecast", |v| {
+        v["error"]["scored"].as_u64().is_some_and(|n| n >= 10)
+            && v["history"].as_array().is_some_and(|h| h.len() >= 12)
+    });
+    let history = v["history"].as_array().unwrap();
+    let step_gaps: Vec<u64> = history
+        .windows(2)
+        .map(|w| w[1]["unix_ms"].as_u64().unwrap() - w[0]["unix_ms"].as_u64().unwrap())
+        .collect();
+    assert!(
+        step_gaps.iter().all(|&g| g % 200 == 0 && g > 0),
+        "{step_gaps:?}"
+    );
+    // The generator runs at 2000/s: the mean of the samples after the
+    // first (which may cover the start) is that rate.
+    let rates: Vec<f64> = history[2..]
+        .iter()
+        .map(|x| x["rate"].as_f64().unwrap())
+        .collect();
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    assert!(
+        (1500.0..2500.0).contains(&mean),
+        "mean rate {mean}: {rates:?}"
+    );
+    let f = &v["forecast"];
+    assert_eq!(f["points"].as_array().unwrap().len(), 10, "{f}");
+    assert!(f["peak"].as_f64().unwrap() > 1000.0, "{f}");
+    assert!(v["error"]["model_mape_pct"].as_f64().unwrap().is_finite());
+    assert!(history.iter().any(|x| x["predicted"].is_f64()), "{v:#}");
+    assert!(v["optimizer"]["choice"].is_null());
+    assert!(
+        v["optimizer"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("0 profiling runs so far"),
+        "{v:#}"
+    );
+
+    // Profiling runs: two that conflict (fewer workers, less CPU but more
+    // memory, or the reverse), one dominated, one over the latency goal.
+    for (body, n) in [
+        (run(1, 4096, 4.0, 300e6, 20.0), 1),
+        (run(4, 512, 8.0, 100e6, 10.0), 2),
+        (run(4, 4096, 9.0, 320e6, 12.0), 3),
+        (run(1, 256, 1.0, 50e6, 400.0), 4),
+    ] {
+        let (code, answer) = post(port, "/tune/observe", &body);
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&answer).unwrap()["observations"],
+            n
+        );
+    }
+    let (code, answer) = post(port, "/tune/observe", &run(9, 512, 1.0, 1.0, 1.0));
+    assert_eq!(code, 422, "{answer}");
+    assert!(answer.contains("`workers` = 9 is outside"), "{answer}");
+
+    let v = wait_for(port, "choice", |v| !v["optimizer"]["choice"].is_null());
+    let o = &v["optimizer"];
+    assert_eq!(o["front"], json!([0, 1]), "{o:#}");
+    assert_eq!(o["observations"][3]["feasible"], false);
+    let chosen = &o["choice"]["settings"];
+    for r in v["space"].as_array().unwrap() {
+        let name = r["name"].as_str().unwrap();
+        let x = chosen[name].as_u64().unwrap();
+        assert!(
+            (r["min"].as_u64().unwrap()..=r["max"].as_u64().unwrap()).contains(&x),
+            "{name} = {x} outside {r}"
+        );
+    }
+    assert!(o["choice"]["expected_latency_p99_ms"].as_f64().unwrap() <= 50.0);
+
+    let text = eddy_tune(port, &[]);
+    for want in [
+        "forecast (",
+        "forecast error (MAPE over",
+        "Pareto front (2 of 4 profiling runs",
+        "chosen for ",
+        "why: the least CPU and memory",
+        "next profiling run: workers = ",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    let plot = s.path("tune.svg");
+    let json_out = eddy_tune(port, &["--json", "--plot", plot.to_str().unwrap()]);
+    let parsed: Value = serde_json::from_str(&json_out).expect("--json is JSON");
+    assert_eq!(
+        parsed["optimizer"]["observations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let svg = std::fs::read_to_string(&plot).expect("the plot");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.matches("<polyline").count() >= 3, "{svg}");
+    assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
+
+    // A restart on the same data dir keeps the history and the runs.
+    let before = v["history"].as_array().unwrap().last().unwrap()["unix_ms"]
+        .as_u64()
+        .unwrap();
+    let pid = daemon.0.as_ref().unwrap().id();
+    signal(pid, "TERM");
+    let status = daemon.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _daemon = start(&s, port);
+    let v = tune_state(port);
+    assert_eq!(
+        v["optimizer"]["observations"].as_array().unwrap().len(),
+        4,
+        "{v:#}"
+    );
+    assert!(
+        v["history"].as_array().unwrap()[0]["unix_ms"]
+            .as_u64()
+            .unwrap()
+            <= before,
+        "{v:#}"
+    );
+    let v = wait_for(port, "a choice after the restart", |v| {
+        !v["optimizer"]["choice"].is_null()
+    });
+    assert!(v["error"]["scored"].as_u64().unwrap() >= 10);
+}
+
+/// The node profiles by itself: real `eddy run` children on the derived
+/// pipeline, measured from /proc and their own stats and restart.
+#[test]
+fn the_node_makes_profiling_runs_and_tells_the_optimiser() {
+    let s = Scratch::new();
+    let port = free_port();
+    let pipeline = PIPELINE.replace(
+        "profile = false",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"",
+    );
+    let _daemon = start_with(&s, port, &pipeline);
+    let v = wait_longer(port, "two profiling runs", 180, |v| {
+        v["optimizer"]["observations"]
+            .as_array()
+            .is_some_and(|o| o.len() >= 2)
+    });
+    let p = &v["profiling"];
+    assert!(p["runs"].as_u64().unwrap() >= 2, "{p}");
+    assert!(p["cpu_s"].as_f64().unwrap() > 0.0, "{p}");
+    for o in v["optimizer"]["observations"].as_array().unwrap() {
+        let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} in {o}"));
+        // Driven at the forecast peak of a 2000/s generator.
+        assert!((1000.0..4000.0).contains(&f("rate")), "{o}");
+        assert!(f("cpu_s") > 0.0, "{o}");
+        assert!(f("peak_memory_bytes") > 1e6, "{o}");
+        assert!(f("latency_p99_ms") > 0.0, "{o}");
+        assert!(f("recovery_s") > 0.0 && f("recovery_s") < 120.0, "{o}");
+        for r in v["space"].as_array().unwrap() {
+            let name = r["name"].as_str().unwrap();
+            let x = o["settings"][name].as_u64().unwrap();
+            assert!(
+                (r["min"].as_u64().unwrap()..=r["max"].as_u64().unwrap()).contains(&x),
+                "{name} = {x} outside {r}"
+            );
+        }
+    }
+    let text = eddy_tune(port, &[]);
+    assert!(text.contains("profiling: "), "{text}");
+    assert!(text.contains("runs of 1000 ms every 1000 ms"), "{text}");
+
+    // A daemon killed outright takes its profiling run with it.
+    let profile = s.path("data/tune-profile");
+    let profile = profile.to_string_lossy();
+    let running = || -> Vec<String> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                if cmd.contains(&*profile) {
+                    found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+                }
+            }
+        }
+        found
+    };
+    // Profiling runs come every second: wait until one is under way.
+    wait_until(
+        "a profiling run",
+        Duration::from_secs(60),
+        || (!running().is_empty()).then_some(()),
+        String::new,
+    );
+    drop(_daemon);
+    let gone = Instant::now() + Duration::from_secs(10);
+    while !running().is_empty() && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        running().is_empty(),
+        "profiling runs outlived their SIGKILLed daemon: {:?}",
+        running()
+    );
+}
+
+#[test]
+fn without_tune_the_api_says_how_to_turn_it_on() {
+    let s = Scratch::new();
+    let port = free_port();
+    let text = PIPELINE
+        .replace("enabled = true", "enabled = false")
+        .replace("{port}", &port.to_string())
+        .replace("{data}", &s.path("data").display().to_string());
+    let file = s.write("pipeline.toml", &text);
+    let _daemon = Running(Some(
+        eddy()
+            .arg("run")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_for_api(port);
+    let (code, body) = http(port, "GET", "/tune").unwrap();
+    assert_eq!(code, 404);
+    assert!(body.contains("[tune] enabled = true"), "{body}");
+    let out = eddy()
+        .args(["tune", "--api", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the tuner is off"));
+}
