@@ -4,6 +4,8 @@
 //! at the same address, it rejoins with a higher incarnation.
 
 mod mesh_common;
+#[path = "common/ports.rs"]
+mod ports;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -56,8 +58,7 @@ fn start(
 }
 
 fn free_port(ip: [u8; 4]) -> SocketAddr {
-    let s = std::net::UdpSocket::bind(SocketAddr::from((ip, 0))).expect("bind");
-    s.local_addr().expect("addr")
+    ports::free_on(ip)
 }
 
 fn wait(what: &str, within: Duration, ok: impl Fn() -> bool) -> Duration {

@@ -20,14 +20,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use rumqttc::{Client, Event, MqttOptions, Outgoing, Packet, QoS};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The broker binary, or `None` (after saying why) where it is missing.
 fn mosquitto() -> Option<PathBuf> {
     for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"] {

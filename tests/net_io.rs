@@ -17,22 +17,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts `eddy run` with its log in `log`.
 fn start(config: &Path, log: &Path) -> Running {
     let err = std::fs::File::create(log).unwrap();
@@ -515,7 +499,7 @@ max_retries = 1000
 #[test]
 fn udp_round_trip_at_a_moderate_rate_delivers_every_line() {
     let s = Scratch::new();
-    let src_port = free_udp_port();
+    let src_port = free_port();
     let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
     receiver
         .set_read_timeout(Some(Duration::from_secs(20)))

@@ -2,23 +2,19 @@
 //! a loopback address, `eddy` subcommands that must succeed, and a cluster
 //! CA with a certificate per node made by `eddy cluster init/issue`.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 
 use super::eddy;
 
-/// A UDP port free on `ip` (free when asked; the test binds it soon).
+/// A UDP port free on `ip` (see `ports`).
 pub fn free_udp(ip: [u8; 4]) -> SocketAddr {
-    UdpSocket::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free UDP port")
+    super::ports::free_on(ip)
 }
 
-/// A TCP port free on `ip` (free when asked; the test binds it soon).
+/// A TCP port free on `ip` (see `ports`).
 pub fn free_tcp(ip: [u8; 4]) -> SocketAddr {
-    TcpListener::bind(SocketAddr::from((ip, 0)))
-        .and_then(|s| s.local_addr())
-        .expect("free TCP port")
+    super::ports::free_on(ip)
 }
 
 /// Runs `eddy ARGS…` and fails the test, with its stderr, unless it

@@ -12,11 +12,13 @@ use serde_json::Value;
 
 mod cluster;
 mod notify;
+mod ports;
 // Each test binary uses some of these: the rest would warn as unused.
 #[allow(unused_imports)]
 pub use cluster::*;
 #[allow(unused_imports)]
 pub use notify::*;
+pub use ports::free_port;
 
 pub fn eddy() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_eddy"));
@@ -250,16 +252,6 @@ impl Drop for Running {
             let _ = c.wait();
         }
     }
-}
-
-
-/// A free TCP port on 127.0.0.1 (free when asked; a test binds it soon).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Waits up to 30 s for a daemon's local API on 127.0.0.1:`port` to
