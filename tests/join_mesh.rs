@@ -90,60 +90,31 @@ fn a_node_joins_a_running_run_then_another_drains() {
         dir.join("certs").to_str().expect("utf8"),
         "node-3",
     ]);
-    let seeds: Vec<String> = s
+    let seeds: String = s
         .read("node-0.toml")
         .lines()
-        .filter(|l| l.starts_with("seeds = "))
-        .map(str::to_string)
-        .collect();
+        .find_map(|l| l.strip_prefix("seeds = [")?.strip_suffix(']'))
+        .expect("node-0's seeds")
+        .into();
     let api3 = free_port();
-    let config = format!(
-        r#"[node]
-name = "node-3"
-workers = {WORKERS}
-bins = {BINS}
-data_dir = "{data}"
-
-[mesh]
-ca_cert = "{dir}/ca/ca.crt"
-cert = "{dir}/certs/node-3.crt"
-key = "{dir}/certs/node-3.key"
-listen = "{listen}"
-{seeds}
-probe_period = "500ms"
-suspect_timeout = "3s"
-expect_members = {NODES}
-expect_timeout = "30s"
-
-[api]
-address = "127.0.0.1:{api3}"
-
-{body}
-"#,
-        data = s.path("node-3-data").display(),
-        dir = dir.display(),
-        listen = free_udp([127, 0, 0, 5]),
-        seeds = seeds[0],
-        body = keyed_count_pipeline(
-            "[migration]\ndrain_timeout = \"20s\"\n",
-            EVENTS,
-            Some(RATE),
-            &out("node-3")
-        ),
+    let member = Member {
+        name: "node-3",
+        workers: WORKERS,
+        bins: BINS,
+        listen: free_udp([127, 0, 0, 5]),
+        seeds: &seeds,
+        expect: NODES,
+        api: api3,
+    };
+    let body = keyed_count_pipeline(
+        "[migration]\ndrain_timeout = \"20s\"\n",
+        EVENTS,
+        Some(RATE),
+        &out("node-3"),
     );
-    let file = s.write("node-3.toml", &config);
-    let log = std::fs::File::create(s.path("node-3.log")).expect("log file");
     let joined_at = Instant::now();
-    let child = eddy()
-        .env("RUST_LOG", "info")
-        .arg("run")
-        .arg(&file)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn eddy");
-    nodes.push(Running(Some(child)));
+    let child = spawn_member(&s, "node-3", &member.config(&s, &body), Vec::new());
+    nodes.push(child);
     names.push("node-3".into());
     let logs = || -> String {
         names

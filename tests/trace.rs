@@ -14,20 +14,7 @@ use serde_json::Value;
 
 fn start(s: &Scratch, pipeline: &str) -> (Running, u16) {
     let port = free_port();
-    let text = pipeline
-        .replace("{port}", &port.to_string())
-        .replace("{data}", &s.path("data").display().to_string());
-    let file = s.write("pipeline.toml", &text);
-    let child = eddy()
-        .arg("run")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn eddy run");
-    wait_for_api(port);
-    (Running(Some(child)), port)
+    (start_with_api(s, port, pipeline, Stdio::piped()), port)
 }
 
 /// Runs `eddy trace --json --count N` and returns its windows.

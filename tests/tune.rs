@@ -44,20 +44,7 @@ fn start(s: &Scratch, port: u16) -> Running {
 }
 
 fn start_with(s: &Scratch, port: u16, pipeline: &str) -> Running {
-    let text = pipeline
-        .replace("{port}", &port.to_string())
-        .replace("{data}", &s.path("data").display().to_string());
-    let file = s.write("pipeline.toml", &text);
-    let child = eddy()
-        .arg("run")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn eddy run");
-    wait_for_api(port);
-    Running(Some(child))
+    start_with_api(s, port, pipeline, Stdio::null())
 }
 
 fn tune_state(port: u16) -> Value {
@@ -336,22 +323,11 @@ fn the_node_makes_profiling_runs_and_tells_the_optimiser() {
 fn without_tune_the_api_says_how_to_turn_it_on() {
     let s = Scratch::new();
     let port = free_port();
-    let text = PIPELINE
-        .replace("enabled = true", "enabled = false")
-        .replace("{port}", &port.to_string())
-        .replace("{data}", &s.path("data").display().to_string());
-    let file = s.write("pipeline.toml", &text);
-    let _daemon = Running(Some(
-        eddy()
-            .arg("run")
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    wait_for_api(port);
+    let _daemon = start_with(
+        &s,
+        port,
+        &PIPELINE.replace("enabled = true", "enabled = false"),
+    );
     let (code, body) = http(port, "GET", "/tune").unwrap();
     assert_eq!(code, 404);
     assert!(body.contains("[tune] enabled = true"), "{body}");

@@ -92,56 +92,23 @@ impl Members {
         let addrs: Vec<SocketAddr> = (0..n).map(|i| free_udp([127, 0, 0, 2 + i as u8])).collect();
         let seeds: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
         let api: Vec<u16> = (0..n).map(|_| super::free_port()).collect();
-        let mut nodes = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            let config = format!(
-                r#"[node]
-name = "{name}"
-workers = {workers}
-bins = {bins}
-data_dir = "{data}"
-
-[mesh]
-ca_cert = "{dir}/ca/ca.crt"
-cert = "{dir}/certs/{name}.crt"
-key = "{dir}/certs/{name}.key"
-listen = "{listen}"
-seeds = [{seeds}]
-probe_period = "500ms"
-suspect_timeout = "3s"
-expect_members = {n}
-expect_timeout = "30s"
-
-[api]
-address = "127.0.0.1:{port}"
-
-{body}
-"#,
-                data = s.path(&format!("{name}-data")).display(),
-                dir = s.path("").display(),
-                listen = addrs[i],
-                seeds = seeds.join(", "),
-                port = api[i],
-                body = body(i),
-            );
-            let file = s.write(&format!("{name}.toml"), &config);
-            let log = std::fs::File::create(s.path(&format!("{name}.log"))).expect("log file");
-            let child = super::eddy()
-                // `EDDY_TEST_LOG=eddy=debug,info` to see a failing run's steps.
-                .env(
-                    "RUST_LOG",
-                    std::env::var("EDDY_TEST_LOG").unwrap_or("info".into()),
-                )
-                .envs(env(i))
-                .arg("run")
-                .arg(&file)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawn eddy");
-            nodes.push(super::Running(Some(child)));
-        }
+        let seeds = seeds.join(", ");
+        let nodes = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let member = Member {
+                    name,
+                    workers,
+                    bins,
+                    listen: addrs[i],
+                    seeds: &seeds,
+                    expect: n,
+                    api: api[i],
+                };
+                spawn_member(s, name, &member.config(s, &body(i)), env(i))
+            })
+            .collect();
         let m = Members { names, nodes, api };
         let started = std::time::Instant::now();
         for name in &m.names {
@@ -164,6 +131,87 @@ address = "127.0.0.1:{port}"
     pub fn logs(&self, s: &super::Scratch) -> String {
         member_logs(s, &self.names)
     }
+}
+
+/// What differs between the members of a test's run.
+pub struct Member<'a> {
+    pub name: &'a str,
+    pub workers: usize,
+    pub bins: usize,
+    pub listen: SocketAddr,
+    /// The items of the `seeds` array, quoted.
+    pub seeds: &'a str,
+    pub expect: usize,
+    pub api: u16,
+}
+
+impl Member<'_> {
+    /// Its pipeline file: `[node]`, `[mesh]` with a certificate of the CA
+    /// in `s` (`make_certs`), `[api]`, then `body`.
+    pub fn config(&self, s: &super::Scratch, body: &str) -> String {
+        let Member {
+            name,
+            workers,
+            bins,
+            listen,
+            seeds,
+            expect,
+            api,
+        } = self;
+        format!(
+            r#"[node]
+name = "{name}"
+workers = {workers}
+bins = {bins}
+data_dir = "{data}"
+
+[mesh]
+ca_cert = "{dir}/ca/ca.crt"
+cert = "{dir}/certs/{name}.crt"
+key = "{dir}/certs/{name}.key"
+listen = "{listen}"
+seeds = [{seeds}]
+probe_period = "500ms"
+suspect_timeout = "3s"
+expect_members = {expect}
+expect_timeout = "30s"
+
+[api]
+address = "127.0.0.1:{api}"
+
+{body}
+"#,
+            data = s.path(&format!("{name}-data")).display(),
+            dir = s.path("").display(),
+        )
+    }
+}
+
+/// Writes `NAME.toml` and starts `eddy run` on it with its log in
+/// `NAME.log` and `env` added to its environment.
+pub fn spawn_member(
+    s: &super::Scratch,
+    name: &str,
+    config: &str,
+    env: Vec<(&'static str, String)>,
+) -> super::Running {
+    let file = s.write(&format!("{name}.toml"), config);
+    let log = std::fs::File::create(s.path(&format!("{name}.log"))).expect("log file");
+    let child = eddy()
+        // `EDDY_TEST_LOG=eddy=debug,info` to see a failing run's steps.
+        .env(
+            "RUST_LOG",
+            std::env::var("EDDY_TEST_LOG").unwrap_or("info".into()),
+        )
+        .envs(env)
+        .arg("run")
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn eddy");
+    super::Running(Some(child))
 }
 
 /// The logs `NAME.log` of the members `names`, for a failing assertion.

@@ -254,6 +254,27 @@ impl Drop for Running {
     }
 }
 
+/// Starts `eddy run` on `pipeline` with `{port}` (its API) and `{data}`
+/// (`data` in the scratch dir) filled in and its stderr to `stderr`;
+/// returns once the API answers.
+pub fn start_with_api(s: &Scratch, port: u16, pipeline: &str, stderr: Stdio) -> Running {
+    let text = pipeline
+        .replace("{port}", &port.to_string())
+        .replace("{data}", &s.path("data").display().to_string());
+    let file = s.write("pipeline.toml", &text);
+    let child = eddy()
+        .arg("run")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn eddy run");
+    let daemon = Running(Some(child));
+    wait_for_api(port);
+    daemon
+}
+
 /// Waits up to 30 s for a daemon's local API on 127.0.0.1:`port` to
 /// answer `GET /health`.
 pub fn wait_for_api(port: u16) {
