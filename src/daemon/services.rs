@@ -263,7 +263,7 @@ impl Services {
         if let Some(mesh) = self.mesh.take() {
             mesh.leave().await;
             smol::Timer::after(LEAVE_FLUSH).await;
-            mesh.endpoint().close();
+            mesh.endpoint().close_and_wait(LEAVE_FLUSH).await;
             tracing::info!("left the mesh");
         }
         self.api = None;

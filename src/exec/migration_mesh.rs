@@ -361,12 +361,15 @@ impl Shared {
     /// Whether member `node` left the run, or this member did: a stream
     /// between them closing is not a failure then.
     pub(crate) fn gone(&self, node: usize) -> bool {
-        self.left.load(SeqCst)
-            || self
-                .migration
-                .as_ref()
-                .and_then(|c| c.mesh.get())
-                .is_some_and(|l| l.has_left(node))
+        self.left.load(SeqCst) || self.peer_left(node)
+    }
+
+    /// Whether member `node` left the run.
+    pub(crate) fn peer_left(&self, node: usize) -> bool {
+        self.migration
+            .as_ref()
+            .and_then(|c| c.mesh.get())
+            .is_some_and(|l| l.has_left(node))
     }
 
     /// SIGTERM on a member of a distributed run: its sources have been

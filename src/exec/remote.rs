@@ -164,6 +164,10 @@ impl RemoteExchange {
         if shared.failed.load(Relaxed) || shared.halted.load(Relaxed) {
             return;
         }
+        // The workers dropped their ends of the queues; these are the
+        // last, and each sender task finishes its stream once its queue
+        // has no sender left.
+        drop(self.queues);
         let senders = std::mem::take(&mut *self.senders.lock().unwrap_or_else(|e| e.into_inner()));
         let delivered = smol::block_on(crate::mesh::endpoint::with_timeout(
             DELIVERY_TIMEOUT,
@@ -205,7 +209,7 @@ pub(crate) fn spawn_sender(
     };
     smol::spawn(async move {
         let name = link.name.clone();
-        if let Err(e) = send_stream(link, rx, &shared, worker).await
+        if let Err(e) = send_stream(link, rx, &shared, node, worker).await
             && !shared.failed.load(Relaxed)
             && !shared.halted.load(Relaxed)
         {
@@ -220,12 +224,16 @@ pub(crate) fn spawn_sender(
     })
 }
 
-/// Moves one queue onto its stream until the end marker, then waits until
-/// the peer has read it all.
+/// Moves one queue onto its stream, then waits until the peer has read it
+/// all. After the end marker only migrating bins' state may follow: a
+/// worker whose input ended still owns bins, and a later step moves them
+/// from it on this stream. So the stream stays open until the worker drops
+/// its end of the queue (it returned), not just until `End`.
 async fn send_stream(
     link: Link,
     rx: flume::Receiver<Message>,
     shared: &Shared,
+    node: usize,
     worker: usize,
 ) -> Result<(), String> {
     let peer = link
@@ -242,11 +250,17 @@ async fn send_stream(
     let (mut trace, ids) = link_trace(&link.kind, &link.name, true);
     let mut ended = false;
     let chunk_limit = STATE_CHUNK_BYTES.min(tx.max_frame_bytes() / 4);
-    while !ended {
+    loop {
         let Ok(first) = rx.recv_async().await else {
+            if ended {
+                break;
+            }
             // The worker is gone without an end: the run failed or halted.
             return Ok(());
         };
+        if ended && !matches!(first.body, Body::State { .. }) {
+            return Err("a message other than a bin's state after the end marker".into());
+        }
         frames.clear();
         let mut next = Some(first);
         while let Some(msg) = next {
@@ -311,6 +325,11 @@ async fn send_stream(
             shared.wake(worker);
         }
         tx.send_many(&frames).await.map_err(|e| e.to_string())?;
+    }
+    // A member that left reads nothing more: waiting for it would last
+    // until the connection times out.
+    if shared.peer_left(node) {
+        return Ok(());
     }
     // The end marker is written. A peer closes its connections only after
     // every one of its workers has ended, which needs this stream's end
@@ -610,9 +629,13 @@ impl Reader {
         loop {
             let frame = self.rx.recv().await?;
             let body = match frame {
-                None if ended => return Ok(()),
+                None if ended && state.is_none() => return Ok(()),
+                None if ended => return Err("the stream ended amid a bin's state chunks".into()),
                 None => return Err("the stream ended before its end marker".into()),
-                Some(_) if ended => return Err("data after the end marker".into()),
+                // A bin's state may follow `End` (see `send_stream`).
+                Some(ref f) if ended && !matches!(f, Frame::BinState(_)) => {
+                    return Err("data after the end marker".into());
+                }
                 Some(ref f) if state.is_some() && !matches!(f, Frame::BinState(_)) => {
                     return Err("a frame amid a bin's state chunks".into());
                 }

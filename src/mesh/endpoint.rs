@@ -354,6 +354,15 @@ impl MeshEndpoint {
     pub fn close(&self) {
         self.inner.endpoint.close(ERR_SHUTDOWN, b"shutting down");
     }
+
+    /// Closes every connection, then waits (at most `limit`) until the
+    /// peers were told: a process that exits right after `close` may never
+    /// send the close, and a peer still writing to it then waits for its
+    /// idle timeout.
+    pub async fn close_and_wait(&self, limit: Duration) {
+        self.close();
+        with_timeout(limit, self.inner.endpoint.wait_idle()).await;
+    }
 }
 
 /// Accepts connections until the endpoint closes; each handshake runs in
