@@ -915,19 +915,25 @@ impl Coordinator {
 mod tests {
     use super::*;
 
-    /// Workers added to a run (a node joined) are awaited like the others:
-    /// the old owner exports only once the newcomer's marker came too, and
-    /// the newcomer can be a bin's new owner.
-    #[test]
-    fn an_added_worker_is_awaited_and_can_take_a_bin() {
+    /// Workers 0 and 1 with two bins each, and keyed node 3 with one input.
+    fn two_workers() -> (Assignment, [KeyedNode; 1], Vec<Migrator>) {
         let start = Assignment::new(1, vec![0, 0, 1, 1]);
         let nodes = [KeyedNode {
             node: 3,
             ports: vec![0],
         }];
-        let mut w: Vec<Migrator> = (0..2)
+        let w = (0..2)
             .map(|i| Migrator::new(i, 2, &start, &nodes))
             .collect();
+        (start, nodes, w)
+    }
+
+    /// Workers added to a run (a node joined) are awaited like the others:
+    /// the old owner exports only once the newcomer's marker came too, and
+    /// the newcomer can be a bin's new owner.
+    #[test]
+    fn an_added_worker_is_awaited_and_can_take_a_bin() {
+        let (start, nodes, mut w) = two_workers();
         w.iter_mut().for_each(|m| m.add_workers(1));
         w.push(Migrator::new(2, 3, &start, &nodes));
         let step = Step {
@@ -969,14 +975,7 @@ mod tests {
     /// phase, with the hot-path queries checked along the way.
     #[test]
     fn one_move_walks_through_the_protocol() {
-        let start = Assignment::new(1, vec![0, 0, 1, 1]);
-        let nodes = [KeyedNode {
-            node: 3,
-            ports: vec![0],
-        }];
-        let mut w: Vec<Migrator> = (0..2)
-            .map(|i| Migrator::new(i, 2, &start, &nodes))
-            .collect();
+        let (start, _, mut w) = two_workers();
         let mut c = Coordinator::new(2, start.clone());
         let (mut co, mut o) = (Vec::new(), Vec::new());
         let t = Duration::from_millis;
