@@ -32,7 +32,11 @@ fn bench_scaling_prints_both_policies_for_every_scenario_as_json() {
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = doc["scenarios"].as_array().unwrap();
-    assert_eq!(rows.len(), 14, "7 scenarios × 2 policies: {doc}");
+    assert_eq!(rows.len(), 16, "8 scenarios × 2 policies: {doc}");
+    assert!(
+        rows.iter().any(|r| r["scenario"] == "hot-bin"),
+        "the hot-bin scenario: {doc}"
+    );
     for r in rows {
         assert!(
             matches!(r["policy"].as_str(), Some("ds2" | "threshold")),

@@ -68,6 +68,8 @@ pub(crate) struct Scenario {
     bins: usize,
     /// Zipf exponent of bin rates (0 = uniform).
     zipf: f64,
+    /// Share of the input in bin 0 on top of that (0 = none): one hot key.
+    hot: f64,
     /// `(from second, input rate as workers of a speed-1 node)`.
     steps: Vec<(u64, f64)>,
     duration_s: u64,
@@ -106,6 +108,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(3, 4),
             bins: 256,
             zipf: 0.0,
+            hot: 0.0,
             steps: vec![(0, 2.4)],
             duration_s: hour,
         },
@@ -115,6 +118,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(3, 4),
             bins: 256,
             zipf: 0.0,
+            hot: 0.0,
             steps: vec![(0, 0.7), (600, 7.2)],
             duration_s: hour,
         },
@@ -124,6 +128,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(3, 4),
             bins: 256,
             zipf: 0.0,
+            hot: 0.0,
             steps: vec![(0, 7.2), (600, 1.6)],
             duration_s: hour,
         },
@@ -135,6 +140,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(3, 4),
             bins: 256,
             zipf: 0.0,
+            hot: 0.0,
             steps: vec![(0, 0.8), (600, 5.6), (1200, 0.8)],
             duration_s: hour,
         },
@@ -158,7 +164,20 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             ],
             bins: 256,
             zipf: 0.0,
+            hot: 0.0,
             steps: vec![(0, 0.6), (600, 6.6)],
+            duration_s: hour,
+        },
+        // One key carries 30 % of the input: its bin alone needs most of
+        // a node, and the other bins must make room around it.
+        Scenario {
+            name: "hot-bin",
+            ops: linear(),
+            nodes: equal_nodes(3, 4),
+            bins: 256,
+            zipf: 0.0,
+            hot: 0.3,
+            steps: vec![(0, 0.7), (600, 3.2), (1200, 1.2)],
             duration_s: hour,
         },
         Scenario {
@@ -167,6 +186,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(3, 4),
             bins: 256,
             zipf: 1.0,
+            hot: 0.0,
             steps: vec![(0, 0.7), (600, 3.2)],
             duration_s: hour,
         },
@@ -185,6 +205,7 @@ pub(crate) fn scenarios() -> Vec<Scenario> {
             nodes: equal_nodes(4, 2),
             bins: 128,
             zipf: 0.5,
+            hot: 0.0,
             steps: vec![(0, 0.5), (600, 4.2), (1200, 2.4)],
             duration_s: hour,
         },
@@ -276,11 +297,13 @@ impl<'a> Truth<'a> {
             .map(|b| 1.0 / ((b + 1) as f64).powf(s.zipf))
             .collect();
         let total: f64 = weights.iter().sum();
+        let mut shares: Vec<f64> = weights.iter().map(|w| w / total * (1.0 - s.hot)).collect();
+        shares[0] += s.hot;
         Truth {
             s,
             per_input,
             cost_s,
-            shares: weights.iter().map(|w| w / total).collect(),
+            shares,
             unit: 1.0 / base,
         }
     }
