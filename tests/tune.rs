@@ -338,3 +338,171 @@ fn without_tune_the_api_says_how_to_turn_it_on() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("the tuner is off"));
 }
+
+/// Two worker threads, checkpoints every hour, a 1 GiB cache: the tuner's
+/// ranges only allow one worker, checkpoints within 2 s and at most
+/// 64 MiB, so whatever it chooses differs from all three, and applying it
+/// shows in the running process.
+const APPLIED: &str = r#"
+[node]
+data_dir = "{data}"
+workers = 2
+
+[api]
+address = "127.0.0.1:{port}"
+
+[checkpoint]
+interval = "1h"
+
+[state]
+cache_bytes = "1GiB"
+
+[tune]
+enabled = true
+step = "200ms"
+horizon = "2s"
+latency_p99_ms = 50
+max_recovery_s = 5
+profile = false
+workers = [1, 1]
+checkpoint_interval = ["200ms", "2s"]
+cache_bytes = ["16MiB", "64MiB"]
+
+[sources.g]
+type = "generator"
+schema = "readings"
+keys = 64
+rate = 2000
+
+[transforms.per_sensor]
+type = "window"
+inputs = ["g"]
+key = ["sensor"]
+window = { kind = "tumbling", size = "1s" }
+aggregates = { n = "count(*)" }
+
+[sinks.b]
+type = "blackhole"
+inputs = ["per_sensor"]
+"#;
+
+/// A sample of `/metrics`; `None` while no pipeline runs (a reload).
+fn try_gauge(port: u16, name: &str) -> Option<f64> {
+    let (code, body) = http(port, "GET", "/metrics")?;
+    if code != 200 {
+        return None;
+    }
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn gauge(port: u16, name: &str) -> f64 {
+    try_gauge(port, name).unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+fn applied_run(cpu: f64, memory: f64, interval: &str) -> String {
+    json!({
+        "settings": {"workers": 1, "cache_bytes": 32u64 << 20, "checkpoint_interval": interval.parse::<u64>().unwrap(),
+                     "batch_size": 1024, "flush_interval": 10},
+        "rate": 2000.0, "cpu_s": cpu, "peak_memory_bytes": memory,
+        "latency_p99_ms": 10.0, "recovery_s": 1.0,
+    })
+    .to_string()
+}
+
+#[test]
+fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
+    let s = Scratch::new();
+    let port = free_port();
+    let mut daemon = start_with(&s, port, APPLIED);
+    assert_eq!(gauge(port, "eddy_checkpoint_interval_seconds"), 3600.0);
+    assert_eq!(gauge(port, "eddy_state_cache_bytes"), (1u64 << 30) as f64);
+    wait_for(port, "a forecast", |v| !v["forecast"].is_null());
+    for (body, n) in [
+        (applied_run(2.0, 80e6, "500"), 1),
+        (applied_run(3.0, 60e6, "1500"), 2),
+    ] {
+        let (code, answer) = post(port, "/tune/observe", &body);
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&answer).unwrap()["observations"],
+            n
+        );
+    }
+    let v = wait_for(port, "the choice applied", |v| {
+        !v["apply"]["applied"].is_null()
+    });
+    let a = &v["apply"]["applied"];
+    let setting = |name: &str| a["settings"][name].as_u64().unwrap();
+    let how = |name: &str| a["outcome"][name].as_str().unwrap().to_string();
+    assert!(
+        how("workers")
+            .starts_with("bins on 1 of 2 worker threads by live migration (batched): epoch "),
+        "{a:#}"
+    );
+    assert!(how("checkpoint_interval").starts_with("live"), "{a:#}");
+    assert!(how("cache_bytes").starts_with("live"), "{a:#}");
+    assert!(how("flush_interval").starts_with("live"), "{a:#}");
+    assert!(how("batch_size").starts_with("not applied"), "{a:#}");
+    let interval_ms = setting("checkpoint_interval");
+    assert!((200..=2000).contains(&interval_ms), "{a:#}");
+    assert_eq!(
+        gauge(port, "eddy_checkpoint_interval_seconds"),
+        interval_ms as f64 / 1e3
+    );
+    assert_eq!(
+        gauge(port, "eddy_state_cache_bytes"),
+        setting("cache_bytes") as f64
+    );
+    // Checkpoints now come at the applied interval; the hour set at the
+    // start would have taken none.
+    let before = gauge(port, "eddy_checkpoints_total");
+    wait_until(
+        "checkpoints at the applied interval",
+        Duration::from_secs(30),
+        || (gauge(port, "eddy_checkpoints_total") >= before + 2.0).then_some(()),
+        || format!("{}", gauge(port, "eddy_checkpoints_total")),
+    );
+    // The same process throughout, its pipeline never restarted.
+    let uptime = gauge(port, "eddy_uptime_seconds");
+    let since_start = v["history"].as_array().unwrap().len() as f64 * 0.2;
+    assert!(
+        uptime >= since_start,
+        "uptime {uptime} s, {since_start} s of samples"
+    );
+    assert!(daemon.0.as_mut().unwrap().try_wait().unwrap().is_none());
+    let text = eddy_tune(port, &[]);
+    assert!(text.contains("applied for "), "{text}");
+    assert!(
+        text.contains("  workers = 1: bins on 1 of 2 worker threads"),
+        "{text}"
+    );
+
+    // A reload that adds a sink starts the pipeline from its file again:
+    // the tuner applies its settings to the new pipeline.
+    let file = s.path("pipeline.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        format!("{text}\n[sinks.c]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"),
+    )
+    .unwrap();
+    signal(daemon.0.as_ref().unwrap().id(), "HUP");
+    wait_until(
+        "the reloaded pipeline",
+        Duration::from_secs(30),
+        || try_gauge(port, "eddy_uptime_seconds").filter(|&u| u < uptime),
+        String::new,
+    );
+    wait_until(
+        "the settings applied to the reloaded pipeline",
+        Duration::from_secs(30),
+        || {
+            try_gauge(port, "eddy_checkpoint_interval_seconds")
+                .filter(|&i| i == interval_ms as f64 / 1e3)
+        },
+        || format!("{:?}", try_gauge(port, "eddy_checkpoint_interval_seconds")),
+    );
+}

@@ -92,6 +92,13 @@ pub(crate) struct TuneConfig {
     /// `profile_interval`: time between the starts of two profiling runs.
     /// Default 5 min.
     pub(crate) profile_interval_ms: u64,
+    /// `apply`: whether the choice is applied to the running pipeline.
+    /// Default `true`.
+    pub(crate) apply: bool,
+    /// `apply_threshold`: a new choice is applied once the forecast peak
+    /// moved by more than this fraction from the rate the one in force was
+    /// chosen for. Default 0.2.
+    pub(crate) apply_threshold: f64,
 }
 
 impl Default for TuneConfig {
@@ -115,6 +122,8 @@ impl Default for TuneConfig {
             profile: true,
             profile_duration_ms: 5_000,
             profile_interval_ms: 300_000,
+            apply: true,
+            apply_threshold: 0.2,
         }
     }
 }
@@ -193,6 +202,12 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
     }
     if let Some(ms) = t.duration_ms(d, "profile_interval", false) {
         c.profile_interval_ms = ms.value as u64;
+    }
+    if let Some(b) = t.boolean(d, "apply") {
+        c.apply = b.value;
+    }
+    if let Some(v) = read_goal(d, &mut t, "apply_threshold") {
+        c.apply_threshold = v;
     }
     t.finish(d, "[tune]");
     c

@@ -27,6 +27,7 @@ mod status;
 mod top;
 mod trace;
 mod tune;
+mod tune_apply;
 mod tune_cli;
 mod tune_profile;
 

@@ -392,6 +392,21 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
             "Bytes of state written by checkpoints of this run.",
             cp.bytes_total as f64,
         );
+        // In force now: the tuner may have changed them since the start.
+        node(
+            &mut out,
+            "eddy_checkpoint_interval_seconds",
+            "gauge",
+            "The checkpoint interval in force.",
+            report.live.0 as f64 / 1e3,
+        );
+        node(
+            &mut out,
+            "eddy_state_cache_bytes",
+            "gauge",
+            "The state cache size in force ([state] cache_bytes, per worker).",
+            report.live.1 as f64,
+        );
     }
     out
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::http::{Response, Router};
+use super::tune_apply::{AppliedView, Retry};
 use super::tune_store::{Measured, TuneStore};
 use crate::config::{NodeConfig, TuneConfig};
 use crate::exec::Reporter;
@@ -51,6 +52,20 @@ pub(crate) struct TuneState {
     pub(crate) optimizer: OptimizerView,
     #[serde(default)]
     pub(crate) profiling: ProfilingView,
+    #[serde(default)]
+    pub(crate) apply: ApplyView,
+}
+
+/// The choice applied to the running pipeline (`[tune] apply`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct ApplyView {
+    pub(crate) enabled: bool,
+    /// `[tune] apply_threshold`.
+    pub(crate) threshold: f64,
+    pub(crate) applied: Option<AppliedView>,
+    /// Why the choice is not applied yet, while it waits (a migration
+    /// runs).
+    pub(crate) waiting: Option<String>,
 }
 
 /// The profiling runs this node starts itself.
@@ -173,6 +188,10 @@ struct Inner {
     choice: Option<ChoiceView>,
     why: String,
     profiling: ProfilingView,
+    /// The choice in force, and the pipeline generation it was applied
+    /// to (a reload starts a pipeline from its file: it is applied again).
+    applied: Option<(u64, AppliedView)>,
+    apply_waiting: Option<String>,
 }
 
 impl TuneService {
@@ -219,6 +238,8 @@ impl TuneService {
                 duration_ms: config.profile_duration_ms,
                 ..ProfilingView::default()
             },
+            applied: None,
+            apply_waiting: None,
         };
         inner.decide(&config);
         let shared = Arc::new(Shared {
@@ -327,10 +348,58 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
         };
         baseline = Some((generation, at, total));
         if let Some(rate) = rate {
-            let mut inner = lock(&shared.inner);
-            if let Err(e) = inner.sample(&shared.config, next, rate) {
-                tracing::warn!("{e}");
+            let due = {
+                let mut inner = lock(&shared.inner);
+                if let Err(e) = inner.sample(&shared.config, next, rate) {
+                    tracing::warn!("{e}");
+                }
+                inner.apply_due(&shared.config, generation)
+            };
+            if let Some(choice) = due {
+                apply(shared, generation, &choice);
             }
+        }
+    }
+}
+
+/// Applies `choice` to the pipeline of `generation`, if it still runs.
+fn apply(shared: &Shared, generation: u64, choice: &ChoiceView) {
+    let reporter = {
+        let r = lock(&shared.reporter);
+        match &r.1 {
+            Some(reporter) if r.0 == generation => reporter.clone(),
+            _ => return,
+        }
+    };
+    let outcome = super::tune_apply::apply(&reporter, &choice.settings);
+    let mut inner = lock(&shared.inner);
+    match outcome {
+        Ok(outcome) => {
+            let applied = AppliedView {
+                at_unix_ms: unix_ms(),
+                rate: choice.rate,
+                settings: choice.settings.clone(),
+                outcome,
+            };
+            tracing::info!(
+                "tuner: applied the choice for a forecast peak of {:.0} records/s: {}",
+                choice.rate,
+                applied
+                    .outcome
+                    .iter()
+                    .map(|(name, how)| format!(
+                        "{name} = {} ({how})",
+                        applied.settings.get(name).copied().unwrap_or_default()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            inner.applied = Some((generation, applied));
+            inner.apply_waiting = None;
+        }
+        Err(Retry(why)) => {
+            tracing::debug!("tuner: the choice waits: {why}");
+            inner.apply_waiting = Some(why);
         }
     }
 }
@@ -428,6 +497,33 @@ impl Inner {
         self.forecast = Some((step, f));
         self.decide(config);
         Ok(())
+    }
+
+    /// The choice to apply now, if any: the first one, one for a
+    /// forecast peak that moved beyond the threshold, or the one in force
+    /// again after a reload.
+    fn apply_due(&self, config: &TuneConfig, generation: u64) -> Option<ChoiceView> {
+        let choice = self.choice.as_ref().filter(|_| config.apply)?;
+        let due = match &self.applied {
+            None => true,
+            Some((g, _)) if *g != generation => true,
+            Some((_, a)) => (choice.rate - a.rate).abs() > config.apply_threshold * a.rate.max(1.0),
+        };
+        due.then(|| match &self.applied {
+            // After a reload the settings in force are applied again, not
+            // a newer choice for a rate that has not moved.
+            Some((g, a))
+                if *g != generation
+                    && (choice.rate - a.rate).abs() <= config.apply_threshold * a.rate.max(1.0) =>
+            {
+                ChoiceView {
+                    settings: a.settings.clone(),
+                    rate: a.rate,
+                    ..choice.clone()
+                }
+            }
+            _ => choice.clone(),
+        })
     }
 
     /// The configuration for the forecast peak, or why there is none.
@@ -570,6 +666,12 @@ impl Inner {
                 why: self.why.clone(),
             },
             profiling: self.profiling.clone(),
+            apply: ApplyView {
+                enabled: config.apply,
+                threshold: config.apply_threshold,
+                applied: self.applied.as_ref().map(|(_, a)| a.clone()),
+                waiting: self.apply_waiting.clone(),
+            },
         }
     }
 

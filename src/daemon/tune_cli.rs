@@ -170,6 +170,35 @@ pub(crate) fn text(s: &TuneState) -> String {
     } else {
         out.push_str("profiling: off ([tune] profile = false)\n");
     }
+    let a = &s.apply;
+    match &a.applied {
+        _ if !a.enabled => out.push_str("applied: off ([tune] apply = false)\n"),
+        None => {
+            let _ = writeln!(
+                out,
+                "applied: nothing yet{}",
+                a.waiting
+                    .as_ref()
+                    .map(|w| format!(" (waiting: {w})"))
+                    .unwrap_or_default()
+            );
+        }
+        Some(applied) => {
+            let _ = writeln!(
+                out,
+                "applied for {:.0} records/s (again once the forecast peak moves by more than {:.0} %):",
+                applied.rate,
+                a.threshold * 100.0
+            );
+            for (name, how) in &applied.outcome {
+                let _ = writeln!(
+                    out,
+                    "  {name} = {}: {how}",
+                    shown(s, name, applied.settings.get(name).copied())
+                );
+            }
+        }
+    }
     if let Some(next) = &o.next_profile {
         let settings: Vec<String> = names
             .iter()

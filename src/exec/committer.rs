@@ -13,9 +13,9 @@ use super::heartbeat::Heartbeat;
 /// How often the thread looks at its quit flag while waiting.
 const TICK: Duration = Duration::from_millis(20);
 
+/// The interval is read before every wait: the tuner may change it.
 pub(crate) fn spawn_committer(
     shared: Arc<Shared>,
-    interval: Duration,
     quit: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -34,12 +34,12 @@ pub(crate) fn spawn_committer(
             );
             let mut last = Instant::now();
             loop {
-                while last.elapsed() < interval {
+                while last.elapsed() < interval(&shared) {
                     beat.beat();
                     if quit.load(Relaxed) || shared.failed.load(Relaxed) {
                         return;
                     }
-                    std::thread::sleep(TICK.min(interval));
+                    std::thread::sleep(TICK.min(interval(&shared)));
                 }
                 last = Instant::now();
                 let running = || {
@@ -63,6 +63,10 @@ pub(crate) fn spawn_committer(
                 }
             }
         })
+}
+
+fn interval(shared: &Shared) -> Duration {
+    Duration::from_millis(shared.live.checkpoint_interval_ms())
 }
 
 /// Takes the next checkpoint: requests its barriers and commits it.

@@ -8,6 +8,7 @@ pub(crate) mod clock;
 mod committer;
 pub(crate) mod heartbeat;
 pub(crate) mod join;
+pub(crate) mod live;
 
 pub(crate) mod metrics;
 mod migration;
@@ -92,6 +93,8 @@ pub(crate) struct Shared {
     pub(crate) total_workers: std::sync::atomic::AtomicUsize,
     /// What adding a member that joins needs (a distributed run).
     pub(crate) join: OnceLock<Arc<join::Hook>>,
+    /// The checkpoint interval and cache size, changed while running.
+    pub(crate) live: Arc<live::LiveSettings>,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)
@@ -219,6 +222,8 @@ pub(crate) struct Report {
     pub(crate) bins: Vec<BinCounters>,
     /// Whether this node's workers own each bin.
     pub(crate) owned_bins: Vec<bool>,
+    /// The checkpoint interval (ms) and `[state] cache_bytes` in force.
+    pub(crate) live: (u64, u64),
 }
 
 impl Reporter {
@@ -342,6 +347,10 @@ impl Reporter {
             checkpoints: self.shared.checkpoints.as_ref().map(|c| c.stats()),
             bins: self.bins(),
             owned_bins: self.owned_bins(),
+            live: (
+                self.shared.live.checkpoint_interval_ms(),
+                self.shared.live.cache_bytes(),
+            ),
             failure: self
                 .shared
                 .failure

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::checkpoint::{Checkpoints, NodeInfo, decode_positions};
 use super::committer::spawn_committer;
+use super::live::{CacheBudget, LiveSettings};
 use super::metrics::{Latency, OpMetrics};
 use super::operator::{Operator, SourceTask};
 use super::ops;
@@ -145,6 +146,11 @@ pub(crate) fn start_with(
         draining: AtomicBool::new(false),
         total_workers: global_workers.into(),
         join: OnceLock::new(),
+        live: Arc::new(LiveSettings::new(
+            plan.node.checkpoint_interval_ms.unwrap_or(0) as u64,
+            plan.node.cache_bytes,
+            plan.node.flush_interval_ms,
+        )),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.
@@ -277,7 +283,7 @@ pub(crate) fn start_with(
             target,
             header,
             plan.node.channel_capacity,
-            std::time::Duration::from_millis(plan.node.flush_interval_ms),
+            shared.live.flush_interval_ms.clone(),
             io::WriterHooks {
                 fail: fail.clone(),
                 stop,
@@ -485,15 +491,7 @@ pub(crate) fn start_with(
                     port
                 })
                 .collect();
-            let op = instantiate(
-                &plan,
-                i,
-                shared.checkpoints.as_ref(),
-                &writers,
-                &mqtt_sinks,
-                &latency,
-                &taps,
-            );
+            let op = instantiate(&plan, i, &shared, &writers, &mqtt_sinks, &latency, &taps);
             let source_task: Option<(Box<dyn SourceTask>, Option<i64>)> = match &node.op {
                 // The run's generated stream is split over the members it
                 // started with: a node that joins has no share of it.
@@ -685,13 +683,9 @@ pub(crate) fn start_with(
 
     let committer_quit = Arc::new(AtomicBool::new(false));
     let committer = match (&shared.checkpoints, plan.node.checkpoint_interval_ms) {
-        (Some(_), Some(ms)) => Some(
-            spawn_committer(
-                shared.clone(),
-                Duration::from_millis(ms as u64),
-                committer_quit.clone(),
-            )
-            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
+        (Some(_), Some(_)) => Some(
+            spawn_committer(shared.clone(), committer_quit.clone())
+                .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
         ),
         _ => None,
     };
@@ -847,7 +841,7 @@ fn fit_to_plan(mut r: CheckpointRecord, plan: &Plan, signatures: &[u64]) -> Chec
 fn instantiate(
     plan: &Plan,
     i: usize,
-    checkpoints: Option<&Arc<Checkpoints>>,
+    shared: &Shared,
     writers: &HashMap<usize, io::SinkWriterHandle>,
     mqtt_sinks: &HashMap<usize, flume::Sender<io::SinkMsg>>,
     latency: &[Option<Arc<Latency>>],
@@ -864,10 +858,10 @@ fn instantiate(
         .count()
         .max(1) as u64;
     let state = || {
-        checkpoints.map(|cp| ops::StateAccess {
+        shared.checkpoints.as_ref().map(|cp| ops::StateAccess {
             checkpoints: cp.clone(),
             op: node.id.clone(),
-            budget_bytes: plan.node.cache_bytes / stateful,
+            budget: CacheBudget::new(shared.live.clone(), stateful),
         })
     };
     let out_schema = || node.outputs[0].schema.clone();

@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -77,7 +78,7 @@ pub(crate) fn spawn_writer(
     target: Target,
     header: Vec<u8>,
     capacity: usize,
-    flush_interval: Duration,
+    flush_interval_ms: Arc<AtomicU64>,
     hooks: WriterHooks,
     exactly_once: Option<ExactlyOnce>,
 ) -> std::io::Result<(SinkWriter, JoinHandle<()>)> {
@@ -127,7 +128,7 @@ pub(crate) fn spawn_writer(
                     Box::new(f)
                 }
             };
-            Box::new(move || direct(&mut out, rx, flush_interval))
+            Box::new(move || direct(&mut out, rx, &flush_interval_ms))
         }
     };
     let handle = std::thread::Builder::new()
@@ -198,15 +199,17 @@ fn cut_torn_line(file: &File, path: &std::path::Path) -> std::io::Result<()> {
 /// ones); with one, hold lines up to that long (or until 256 KiB wait), so
 /// a steady trickle of small batches costs one write per interval — what
 /// Fluent Bit's `Flush` and Flink's buffer timeout trade: latency for CPU.
+/// The interval is read as it goes: the tuner may change it.
 fn direct(
     out: &mut Box<dyn Write + Send>,
     rx: flume::Receiver<WriterMsg>,
-    flush_interval: Duration,
+    flush_interval_ms: &AtomicU64,
 ) -> std::io::Result<()> {
     let mut out = BufWriter::with_capacity(256 * 1024, out);
     // When the oldest line not yet handed to the OS was written.
     let mut held_since: Option<Instant> = None;
     loop {
+        let flush_interval = Duration::from_millis(flush_interval_ms.load(Relaxed));
         let msg = match held_since {
             Some(t) if !flush_interval.is_zero() => match rx.recv_deadline(t + flush_interval) {
                 Ok(msg) => Some(msg),
@@ -395,7 +398,8 @@ mod tests {
         let path = dir.path().join("out.jsonl");
         let mut out: Box<dyn Write + Send> = Box::new(open_file(&path).unwrap());
         let (tx, rx) = flume::bounded(16);
-        let h = std::thread::spawn(move || direct(&mut out, rx, interval).unwrap());
+        let ms = AtomicU64::new(interval.as_millis() as u64);
+        let h = std::thread::spawn(move || direct(&mut out, rx, &ms).unwrap());
         (tx, dir, path, h)
     }
 

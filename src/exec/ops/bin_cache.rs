@@ -16,8 +16,8 @@ pub(crate) struct StateAccess {
     pub(crate) checkpoints: Arc<Checkpoints>,
     /// The operator's component id (its tree in the store).
     pub(crate) op: String,
-    /// This instance's share of `[state] cache_bytes`.
-    pub(crate) budget_bytes: u64,
+    /// This instance's share of `[state] cache_bytes`, live.
+    pub(crate) budget: crate::exec::live::CacheBudget,
 }
 
 pub(super) struct BinCache {
@@ -76,7 +76,7 @@ impl BinCache {
     /// Called before each eviction; warns once if bins are cycling.
     pub(super) fn watch_thrash(&mut self) {
         let resident = self.resident_bytes();
-        let budget = self.access.budget_bytes;
+        let budget = self.access.budget.bytes();
         let bins = self.resident.len() as u64;
         let t = &mut self.thrash;
         t.peak_bytes = t.peak_bytes.max(resident);
@@ -132,7 +132,7 @@ impl BinCache {
     }
 
     pub(super) fn over_budget(&self) -> bool {
-        self.resident_bytes() > self.access.budget_bytes
+        self.resident_bytes() > self.access.budget.bytes()
     }
 
     /// Resident bins to evict, least recently used first, until the rest
@@ -145,7 +145,7 @@ impl BinCache {
             .filter(|&b| self.resident[b as usize] && self.keys[b as usize] > 0)
             .collect();
         candidates.sort_by_key(|&b| self.last_used[b as usize]);
-        let target = self.access.budget_bytes / 10 * 9;
+        let target = self.access.budget.bytes() / 10 * 9;
         let mut bytes = self.resident_bytes();
         let mut out = Vec::new();
         for b in candidates {
@@ -255,7 +255,7 @@ mod tests {
                 StateAccess {
                     checkpoints: Arc::new(cp),
                     op: "w".into(),
-                    budget_bytes: budget,
+                    budget: crate::exec::live::CacheBudget::fixed(budget),
                 },
                 16,
                 100,

@@ -390,10 +390,10 @@ impl Spilled {
 
     /// A window instance; with `budget`, its state spills beyond that.
     fn window(&self, op: &str, budget: Option<u64>) -> super::Window<crate::data::WordKey<1>> {
-        let state = budget.map(|budget_bytes| super::StateAccess {
+        let state = budget.map(|bytes| super::StateAccess {
             checkpoints: self.checkpoints.clone(),
             op: op.into(),
-            budget_bytes,
+            budget: crate::exec::live::CacheBudget::fixed(bytes),
         });
         super::Window::new(self.plan.clone(), BINS, 64, state)
     }

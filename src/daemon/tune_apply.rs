@@ -1,0 +1,125 @@
+//! The tuner's choice applied to the running pipeline (`[tune] apply`):
+//! the checkpoint interval, the state cache's size and the sinks' flush
+//! interval live (`exec/live.rs`); the workers by live migration, as the
+//! controller executes its decisions: the keyed bins move, step by step
+//! under `[migration] strategy`, onto as many of the node's worker
+//! threads as the choice names. The batch size is fixed when the sources
+//! start: it is reported, not applied, until a reload.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde::{Deserialize, Serialize};
+
+use crate::exec::{RebalanceError, Reporter};
+
+/// What the tuner applied last, and how each setting went.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct AppliedView {
+    pub(crate) at_unix_ms: u64,
+    /// The forecast peak the settings were chosen for.
+    pub(crate) rate: f64,
+    pub(crate) settings: BTreeMap<String, u64>,
+    /// Per setting: how it was applied, or why it was not.
+    pub(crate) outcome: BTreeMap<String, String>,
+}
+
+/// Why an application must be tried again later.
+pub(crate) struct Retry(pub(crate) String);
+
+/// Applies `settings` to the run `reporter` reads. `Err` when the workers
+/// could not move now (another migration runs): nothing is recorded as
+/// applied, and the caller tries again at its next step.
+pub(crate) fn apply(
+    reporter: &Reporter,
+    settings: &BTreeMap<String, u64>,
+) -> Result<BTreeMap<String, String>, Retry> {
+    let shared = reporter.shared();
+    let plan = reporter.plan();
+    let mut outcome = BTreeMap::new();
+    // Workers first: a migration that must wait leaves everything as is,
+    // so the settings in force always belong to one choice.
+    if let Some(&w) = settings.get("workers") {
+        outcome.insert("workers".into(), workers(reporter, w as usize)?);
+    }
+    let stateful = plan.node.checkpoint_interval_ms.is_some();
+    for (name, &v) in settings {
+        let how = match name.as_str() {
+            "workers" => continue,
+            "checkpoint_interval" if stateful => {
+                shared.live.set_checkpoint_interval_ms(v);
+                "live: the next checkpoint is taken this long after the last".to_string()
+            }
+            "cache_bytes" if stateful => {
+                shared.live.set_cache_bytes(v);
+                "live: window state beyond it spills to sled at the next batch".to_string()
+            }
+            "checkpoint_interval" | "cache_bytes" => {
+                "not applied: checkpoints are off ([checkpoint] enabled = false), so state is \
+                 in memory only"
+                    .to_string()
+            }
+            "flush_interval" => {
+                shared.live.flush_interval_ms.store(v, Relaxed);
+                "live: stdout and file sinks hold lines up to this long".to_string()
+            }
+            "batch_size" => format!(
+                "not applied: fixed when the sources start; set [node] batch_size and reload \
+                 (now {})",
+                plan.node.batch_size
+            ),
+            _ => "not applied: unknown to this version".to_string(),
+        };
+        outcome.insert(name.clone(), how);
+    }
+    Ok(outcome)
+}
+
+/// Moves the bins of every keyed operator onto `want` of this node's
+/// worker threads (clamped to them), keeping bins where they are when
+/// their worker stays.
+fn workers(reporter: &Reporter, want: usize) -> Result<String, Retry> {
+    let shared = reporter.shared();
+    let threads = shared.workers;
+    if shared.members_in_run().is_some() {
+        return Ok(
+            "not applied: in a distributed run the controller (DS2) sizes the workers of every \
+             member"
+                .into(),
+        );
+    }
+    let Some((_, current)) = shared.assignment_in_force() else {
+        return Err(Retry("a migration is running".into()));
+    };
+    let used = want.clamp(1, threads);
+    let more = if want > threads {
+        format!(" ({want} asked: the others need a restart with [node] workers = {want})")
+    } else {
+        String::new()
+    };
+    let me = [("local".to_string(), 0..threads)];
+    let owner = vec!["local".to_string(); current.len()];
+    let count = BTreeMap::from([("local".to_string(), used as u16)]);
+    let target =
+        crate::control::execute::target_workers(&owner, &count, &me, &current).map_err(Retry)?;
+    if target == current {
+        return Ok(format!(
+            "the bins are already on {used} of {threads} worker threads{more}"
+        ));
+    }
+    let strategy = reporter.plan().node.migration.strategy;
+    match shared.rebalance(Some(target), strategy) {
+        Ok(r) => Ok(format!(
+            "bins on {used} of {threads} worker threads by live migration ({}): epoch {}, \
+             {} bins, {} bytes in {} steps, {:.1} ms{more}",
+            strategy.name(),
+            r.epoch,
+            r.bins,
+            r.bytes,
+            r.steps,
+            r.duration.as_secs_f64() * 1e3
+        )),
+        Err(RebalanceError::Busy(m)) => Err(Retry(m)),
+        Err(RebalanceError::Failed(m)) => Ok(format!("not applied: the migration failed: {m}")),
+    }
+}

@@ -1,0 +1,91 @@
+//! Settings a running pipeline takes without a restart: the checkpoint
+//! interval, the size of the state cache and the sinks' flush interval.
+//! The tuner applies its choice through them (`daemon/tune_apply.rs`); the
+//! committer reads the interval before every wait, the window operators
+//! their budget before every eviction and the sink writers their interval
+//! before every wait, so a change takes effect within one checkpoint or
+//! one batch and no state is lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub(crate) struct LiveSettings {
+    checkpoint_interval_ms: AtomicU64,
+    cache_bytes: AtomicU64,
+    /// Shared with the sink writer threads.
+    pub(crate) flush_interval_ms: Arc<AtomicU64>,
+}
+
+impl LiveSettings {
+    pub(crate) fn new(
+        checkpoint_interval_ms: u64,
+        cache_bytes: u64,
+        flush_interval_ms: u64,
+    ) -> LiveSettings {
+        LiveSettings {
+            checkpoint_interval_ms: AtomicU64::new(checkpoint_interval_ms),
+            cache_bytes: AtomicU64::new(cache_bytes),
+            flush_interval_ms: Arc::new(AtomicU64::new(flush_interval_ms)),
+        }
+    }
+
+    pub(crate) fn checkpoint_interval_ms(&self) -> u64 {
+        self.checkpoint_interval_ms.load(Relaxed)
+    }
+
+    pub(crate) fn cache_bytes(&self) -> u64 {
+        self.cache_bytes.load(Relaxed)
+    }
+
+    pub(crate) fn set_checkpoint_interval_ms(&self, ms: u64) {
+        self.checkpoint_interval_ms.store(ms.max(1), Relaxed);
+    }
+
+    pub(crate) fn set_cache_bytes(&self, bytes: u64) {
+        self.cache_bytes.store(bytes, Relaxed);
+    }
+}
+
+/// One stateful operator instance's share of `[state] cache_bytes` (per
+/// worker, split evenly between its stateful operators), following the
+/// live value.
+#[derive(Clone)]
+pub(crate) struct CacheBudget {
+    live: Arc<LiveSettings>,
+    parts: u64,
+}
+
+impl CacheBudget {
+    pub(crate) fn new(live: Arc<LiveSettings>, parts: u64) -> CacheBudget {
+        CacheBudget {
+            live,
+            parts: parts.max(1),
+        }
+    }
+
+    /// A budget that never changes (tests of one operator).
+    #[cfg(test)]
+    pub(crate) fn fixed(bytes: u64) -> CacheBudget {
+        CacheBudget::new(Arc::new(LiveSettings::new(0, bytes, 0)), 1)
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.live.cache_bytes() / self.parts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_follows_the_live_cache_size() {
+        let live = Arc::new(LiveSettings::new(10_000, 64 << 20, 0));
+        let share = CacheBudget::new(live.clone(), 2);
+        assert_eq!(share.bytes(), 32 << 20);
+        live.set_cache_bytes(16 << 20);
+        assert_eq!(share.bytes(), 8 << 20);
+        live.set_checkpoint_interval_ms(0);
+        assert_eq!(live.checkpoint_interval_ms(), 1);
+    }
+}
