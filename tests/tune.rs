@@ -506,3 +506,95 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
         || format!("{:?}", try_gauge(port, "eddy_checkpoint_interval_seconds")),
     );
 }
+
+/// A pipeline fed by a growing file (any source but a generator): the
+/// profiling runs replay what the source recorded, at the forecast rate.
+#[test]
+fn profiling_runs_replay_the_recorded_input_of_other_sources() {
+    let s = Scratch::new();
+    let port = free_port();
+    let input = s.write("input.jsonl", "");
+    let pipeline = format!(
+        r#"
+[node]
+data_dir = "{{data}}"
+workers = 1
+
+[api]
+address = "127.0.0.1:{{port}}"
+
+[tune]
+enabled = true
+step = "200ms"
+horizon = "2s"
+latency_p99_ms = 50
+max_recovery_s = 5
+profile = true
+profile_interval = "1s"
+profile_duration = "1s"
+
+[sources.readings]
+type = "file"
+path = "{}"
+follow = true
+schema = {{ sensor = "string", temp = "float", ts = "int" }}
+event_time = "ts"
+
+[transforms.per_sensor]
+type = "window"
+inputs = ["readings"]
+key = ["sensor"]
+window = {{ kind = "tumbling", size = "1s" }}
+aggregates = {{ n = "count(*)", avg = "avg(temp)" }}
+
+[sinks.b]
+type = "blackhole"
+inputs = ["per_sensor"]
+"#,
+        input.display()
+    );
+    let _daemon = start_with(&s, port, &pipeline);
+    // About 1000 readings a second, appended as they happen.
+    let feeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let feeder = {
+        let (feeding, input) = (feeding.clone(), input.clone());
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&input)
+                .unwrap();
+            let mut i = 0u64;
+            while feeding.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis();
+                let mut chunk = String::new();
+                for _ in 0..100 {
+                    chunk.push_str(&format!(
+                        "{{\"sensor\":\"s{}\",\"temp\":{}.5,\"ts\":{now}}}\n",
+                        i % 13,
+                        i % 40
+                    ));
+                    i += 1;
+                }
+                f.write_all(chunk.as_bytes()).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let v = wait_longer(port, "a profiling run on replayed input", 180, |v| {
+        v["optimizer"]["observations"]
+            .as_array()
+            .is_some_and(|o| !o.is_empty())
+    });
+    feeding.store(false, std::sync::atomic::Ordering::Relaxed);
+    feeder.join().unwrap();
+    let o = &v["optimizer"]["observations"][0];
+    let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} in {o}"));
+    assert!((500.0..2000.0).contains(&f("rate")), "{o}");
+    assert!(f("cpu_s") > 0.0, "{o}");
+    // Windows fired in the run: the replayed stream had event time.
+    assert!(f("latency_p99_ms") > 0.0, "{o}");
+    assert!(f("recovery_s") > 0.0, "{o}");
+}

@@ -308,6 +308,9 @@ pub(crate) struct FileSource {
     pub(crate) format: Format,
     pub(crate) schema: SchemaDecl,
     pub(crate) follow: bool,
+    /// `rate`: lines per second at most (replaying a recording at a
+    /// pace); `None` reads as fast as the pipeline takes them.
+    pub(crate) rate: Option<u64>,
     pub(crate) event_time: EventTime,
 }
 

@@ -662,6 +662,9 @@ fn read_file_source(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<
         .map(|p| Sp::new(PathBuf::from(p.value), p.span));
     let format = read_format(d, t);
     let follow = t.boolean(d, "follow").is_some_and(|b| b.value);
+    let rate = t
+        .integer(d, "rate", 1, 1_000_000_000)
+        .map(|r| r.value as u64);
     let schema = read_schema(d, t);
     let event_time = read_event_time(d, t, None, 0);
     let schema = schema?;
@@ -671,6 +674,7 @@ fn read_file_source(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<
         format,
         schema,
         follow,
+        rate,
         event_time,
     })
 }

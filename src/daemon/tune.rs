@@ -433,12 +433,25 @@ fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: Pa
                 Some("the forecast rate is below 1 record/s: nothing to profile at".into());
             continue;
         }
+        // The records each non-generator source saw lately, to replay.
+        let recorded: BTreeMap<String, crate::exec::recorder::Recording> = lock(&shared.reporter)
+            .1
+            .as_ref()
+            .map(|r| {
+                r.shared()
+                    .recorders
+                    .iter()
+                    .map(|(id, rec)| (id.clone(), rec.recording()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let profile = super::tune_profile::Profile {
             pipeline,
             settings: &settings,
             rate,
             duration: Duration::from_millis(config.profile_duration_ms),
             scratch: scratch.clone(),
+            recorded: &recorded,
         };
         let outcome = super::tune_profile::run(&profile, stop);
         let mut inner = lock(&shared.inner);

@@ -1,7 +1,9 @@
 //! Profiling runs: a real `eddy run` child on a pipeline derived from the
 //! running one (the same transforms; its generators driven at the target
-//! rate; every sink a blackhole; the candidate settings; its own data dir
-//! and API port), at the lowest CPU priority, for a few seconds. Measured
+//! rate, its other sources replaced by a replay of their recently
+//! recorded records at that rate; every sink a blackhole; the candidate
+//! settings; its own data dir and API port), at the lowest CPU priority,
+//! for a few seconds. Measured
 //! from the outside: CPU seconds (`/proc/PID/stat`), peak RSS (`VmHWM`),
 //! p99 end-to-end latency (its `--stats` at exit), and the recovery time
 //! (a second start on its final checkpoint, until its `/metrics` answers,
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::tune_store::Measured;
+use crate::exec::recorder::Recording;
 
 /// Clock ticks per second of `/proc/PID/stat` (`USER_HZ`): 100 on every
 /// Linux architecture eddy is built for.
@@ -31,7 +34,12 @@ pub(crate) struct Profile<'a> {
     pub(crate) duration: Duration,
     /// A directory of its own, removed afterwards.
     pub(crate) scratch: PathBuf,
+    /// Recent records of the sources that are not generators, by id.
+    pub(crate) recorded: &'a BTreeMap<String, Recording>,
 }
+
+/// Lines a replay file holds at most (its records repeat beyond).
+const MAX_REPLAY_LINES: usize = 2_000_000;
 
 /// Makes the run; `stop` cuts it short (the node is stopping).
 pub(crate) fn run(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
@@ -50,7 +58,15 @@ fn measure(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port for the run's API: {e}"))?
         .port();
-    let derived = derive(&text, p.settings, p.rate, &p.scratch.join("data"), port)?;
+    let replays = write_replays(&text, p)?;
+    let derived = derive(
+        &text,
+        p.settings,
+        p.rate,
+        &p.scratch.join("data"),
+        port,
+        &replays,
+    )?;
     let file = p.scratch.join("pipeline.toml");
     std::fs::write(&file, derived).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
 
@@ -110,6 +126,88 @@ fn measure(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
     })
 }
 
+/// A source's records written out to be replayed by a `file` source.
+pub(crate) struct Replay {
+    pub(crate) path: PathBuf,
+    /// `(field, type)` in the recording's order.
+    pub(crate) schema: Vec<(String, &'static str)>,
+}
+
+/// Writes a replay file for every recorded source: enough lines for the
+/// run at its share of the rate, the recording repeated as needed, and
+/// the event-time field (when the source has one) rewritten to advance at
+/// that rate from now, so that windows see the replayed stream as a live
+/// one rather than the same minutes again and again.
+fn write_replays(text: &str, p: &Profile<'_>) -> Result<BTreeMap<String, Replay>, String> {
+    let t: toml::Table = text
+        .parse()
+        .map_err(|e| format!("cannot parse the pipeline: {e}"))?;
+    let sources = t.get("sources").and_then(toml::Value::as_table);
+    let n = sources.map_or(1, |s| s.len().max(1)) as f64;
+    let per_source = (p.rate / n).max(1.0);
+    let lines =
+        ((per_source * p.duration.as_secs_f64() * 1.2).ceil() as usize + 1).min(MAX_REPLAY_LINES);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut out = BTreeMap::new();
+    for (id, rec) in p.recorded {
+        let event_time = sources
+            .and_then(|s| s.get(id))
+            .and_then(|s| s.get("event_time"))
+            .and_then(toml::Value::as_str);
+        let bytes = replay_lines(rec, event_time, lines, per_source, now_ms)
+            .map_err(|e| format!("`sources.{id}`: {e}"))?;
+        let path = p.scratch.join(format!("replay-{id}.jsonl"));
+        std::fs::write(&path, bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let schema = rec
+            .schema
+            .fields()
+            .iter()
+            .map(|f| (f.name.clone(), f.ty.name()))
+            .collect();
+        out.insert(id.clone(), Replay { path, schema });
+    }
+    Ok(out)
+}
+
+/// `count` lines cycling through `rec`'s, with `event_time` set to advance
+/// by `1 / rate` seconds a line from `from_ms`.
+fn replay_lines(
+    rec: &Recording,
+    event_time: Option<&str>,
+    count: usize,
+    rate: f64,
+    from_ms: i64,
+) -> Result<Vec<u8>, String> {
+    let recorded: Vec<&[u8]> = rec
+        .lines
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    if recorded.is_empty() {
+        return Err("no records recorded yet (the source has had no input since the start)".into());
+    }
+    let mut out = Vec::with_capacity(count * (rec.lines.len() / recorded.len() + 1));
+    for i in 0..count {
+        let line = recorded[i % recorded.len()];
+        match event_time {
+            None => out.extend_from_slice(line),
+            Some(field) => {
+                let mut record: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_slice(line)
+                        .map_err(|e| format!("a recorded line is not a JSON object: {e}"))?;
+                let ts = from_ms + (i as f64 * 1000.0 / rate) as i64;
+                record.insert(field.to_string(), ts.into());
+                serde_json::to_writer(&mut out, &record).expect("a JSON object writes");
+            }
+        }
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
 /// The running pipeline's text made into a profiling run's.
 pub(crate) fn derive(
     text: &str,
@@ -117,6 +215,7 @@ pub(crate) fn derive(
     rate: f64,
     data_dir: &Path,
     port: u16,
+    replays: &BTreeMap<String, Replay>,
 ) -> Result<String, String> {
     use toml::{Table, Value};
     let mut t: Table = text
@@ -172,20 +271,39 @@ pub(crate) fn derive(
         _ => return Err("the pipeline has no sources".into()),
     };
     let n = sources.len().max(1) as f64;
+    let share = Value::Integer((rate / n).round().max(1.0) as i64);
     for (id, s) in sources.iter_mut() {
         let Value::Table(s) = s else { continue };
         let kind = s.get("type").and_then(Value::as_str).unwrap_or("?");
-        if kind != "generator" {
-            return Err(format!(
-                "profiling runs drive generator sources only: `sources.{id}` is `{kind}` \
-                 (replaying its recorded input is not implemented)"
-            ));
+        if kind == "generator" {
+            s.remove("count");
+            s.insert("rate".into(), share.clone());
+            continue;
         }
-        s.remove("count");
-        s.insert(
-            "rate".into(),
-            Value::Integer((rate / n).round().max(1.0) as i64),
+        let Some(replay) = replays.get(id) else {
+            return Err(format!(
+                "`sources.{id}` (`{kind}`) has no recorded records to replay"
+            ));
+        };
+        let mut schema = Table::new();
+        for (field, ty) in &replay.schema {
+            schema.insert(field.clone(), Value::String(ty.to_string()));
+        }
+        let mut file = Table::new();
+        file.insert("type".into(), Value::String("file".into()));
+        file.insert(
+            "path".into(),
+            Value::String(replay.path.display().to_string()),
         );
+        file.insert("format".into(), Value::String("json".into()));
+        file.insert("schema".into(), Value::Table(schema));
+        file.insert("rate".into(), share.clone());
+        for key in ["event_time", "max_out_of_orderness"] {
+            if let Some(v) = s.get(key) {
+                file.insert(key.into(), v.clone());
+            }
+        }
+        *s = file;
     }
     let mut sinks = match t.remove("sinks") {
         Some(Value::Table(s)) => s,
@@ -413,7 +531,8 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let out = derive(text, &settings, 1000.0, Path::new("/tmp/p"), 9999).unwrap();
+        let none = BTreeMap::new();
+        let out = derive(text, &settings, 1000.0, Path::new("/tmp/p"), 9999, &none).unwrap();
         let (config, d) = crate::config::parse("derived.toml", &out);
         assert!(!d.has_errors(), "{}\n{out}", d.render());
         let n = &config.node;
@@ -432,17 +551,67 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("[transforms.f]"), "{out}");
-        let err = derive(
-            "[sources.m]\ntype = \"stdin\"\n",
-            &settings,
-            1.0,
-            Path::new("/p"),
-            1,
-        )
-        .unwrap_err();
-        assert!(err.contains("`sources.m` is `stdin`"), "{err}");
+        let stdin = "[sources.m]\ntype = \"stdin\"\nschema = { k = \"string\" }\nevent_time = \"ts\"\n\
+                     [sinks.o]\ntype = \"stdout\"\ninputs = [\"m\"]\n";
+        let err = derive(stdin, &settings, 1.0, Path::new("/p"), 1, &none).unwrap_err();
+        assert!(
+            err.contains("`sources.m` (`stdin`) has no recorded records to replay"),
+            "{err}"
+        );
+        // With a recording, the source becomes a paced replay of it.
+        let replays = BTreeMap::from([(
+            "m".to_string(),
+            Replay {
+                path: "/p/replay-m.jsonl".into(),
+                schema: vec![("k".into(), "string"), ("ts".into(), "int")],
+            },
+        )]);
+        let out = derive(stdin, &settings, 300.0, Path::new("/p"), 1, &replays).unwrap();
+        let (config, d) = crate::config::parse("derived.toml", &out);
+        assert!(!d.has_errors(), "{}\n{out}", d.render());
+        match &config.components[0].spec {
+            crate::config::Spec::File(f) => {
+                assert_eq!(f.path.value, Path::new("/p/replay-m.jsonl"));
+                assert_eq!(f.rate, Some(300));
+                assert_eq!(f.schema.len(), 2);
+                assert_eq!(f.event_time.field.as_ref().unwrap().value, "ts");
+            }
+            other => panic!("{other:?}"),
+        }
         let stats = "component type in out errors late true rate/s p50 ms p99 ms p999 ms\n\
                      g generator 0 10 0 0 - - - -\no blackhole 10 0 0 0 5.0 0.100 2.500 3.000\n";
         assert_eq!(sink_p99_ms(stats), Some(2.5));
+    }
+
+    #[test]
+    fn a_replay_repeats_the_recording_with_event_time_advancing_at_the_rate() {
+        let schema = std::sync::Arc::new(crate::data::Schema::new(vec![]));
+        let rec = Recording {
+            schema,
+            lines: b"{\"k\":\"a\",\"ts\":5}\n{\"k\":\"b\",\"ts\":1}\n".to_vec(),
+        };
+        let out = replay_lines(&rec, Some("ts"), 5, 500.0, 1_000).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"k\":\"a\",\"ts\":1000}\n{\"k\":\"b\",\"ts\":1002}\n{\"k\":\"a\",\"ts\":1004}\n\
+             {\"k\":\"b\",\"ts\":1006}\n{\"k\":\"a\",\"ts\":1008}\n"
+        );
+        let plain = replay_lines(&rec, None, 3, 500.0, 0).unwrap();
+        assert_eq!(
+            plain
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count(),
+            3
+        );
+        let empty = Recording {
+            schema: rec.schema.clone(),
+            lines: Vec::new(),
+        };
+        assert!(
+            replay_lines(&empty, None, 3, 1.0, 0)
+                .unwrap_err()
+                .contains("no records")
+        );
     }
 }

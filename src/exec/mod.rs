@@ -9,6 +9,7 @@ mod committer;
 pub(crate) mod heartbeat;
 pub(crate) mod join;
 pub(crate) mod live;
+pub(crate) mod recorder;
 
 pub(crate) mod metrics;
 mod migration;
@@ -95,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) join: OnceLock<Arc<join::Hook>>,
     /// The checkpoint interval and cache size, changed while running.
     pub(crate) live: Arc<live::LiveSettings>,
+    /// Recent records of the sources a profiling run replays, by id.
+    pub(crate) recorders: std::collections::BTreeMap<String, Arc<recorder::Recorder>>,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)

@@ -151,6 +151,7 @@ pub(crate) fn start_with(
             plan.node.cache_bytes,
             plan.node.flush_interval_ms,
         )),
+        recorders: recorders(&plan, workers),
     });
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.
@@ -539,6 +540,7 @@ pub(crate) fn start_with(
                     node: i,
                     task,
                     watermark: delay.map(BoundedOutOfOrderness::new),
+                    recorder: shared.recorders.get(&node.id).cloned(),
                 });
             }
             nodes.push(NodeState {
@@ -835,6 +837,30 @@ fn fit_to_plan(mut r: CheckpointRecord, plan: &Plan, signatures: &[u64]) -> Chec
     r.sources.retain(|(s, _)| fits(s, "position"));
     r.sinks.retain(|(s, _)| fits(s, "pending output"));
     r
+}
+
+/// Bytes of recent records kept per source for profiling runs.
+const RECORD_BYTES: usize = 4 << 20;
+
+/// With profiling runs on, a recorder for every source they cannot drive
+/// themselves (all but generators), by component id.
+fn recorders(
+    plan: &Plan,
+    workers: usize,
+) -> std::collections::BTreeMap<String, Arc<super::recorder::Recorder>> {
+    let tune = &plan.node.tune;
+    if !(tune.enabled && tune.profile) {
+        return Default::default();
+    }
+    plan.nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Source && !matches!(n.op, OpSpec::Generator(_)))
+        .map(|n| {
+            let r =
+                super::recorder::Recorder::new(n.outputs[0].schema.clone(), workers, RECORD_BYTES);
+            (n.id.clone(), Arc::new(r))
+        })
+        .collect()
 }
 
 /// The operator instance of node `i` on worker `w` (`None` for sources).

@@ -112,6 +112,8 @@ pub(crate) struct SourceState {
     pub(crate) task: Box<dyn SourceTask>,
     /// `None` for untimed sources.
     pub(crate) watermark: Option<BoundedOutOfOrderness>,
+    /// Samples the source's records for the tuner's profiling runs.
+    pub(crate) recorder: Option<Arc<super::recorder::Recorder>>,
 }
 
 pub(crate) struct Worker {
@@ -247,6 +249,9 @@ impl Worker {
         let node = self.sources[s].node;
         if super::metrics::instrumented() {
             OpMetrics::add(&self.nodes[node].metrics.records_out, batch.len() as u64);
+        }
+        if let Some(r) = &self.sources[s].recorder {
+            r.offer(self.id, &batch, super::clock::now_ns());
         }
         let advanced = self.sources[s].watermark.as_mut().and_then(|w| {
             let before = w.watermark();

@@ -163,6 +163,10 @@ struct LineReader {
     offset: u64,
     /// Discarding the rest of a line over `max_line_bytes`.
     skipping: bool,
+    /// Lines per batch: `batch_size`, or 10 ms of lines when paced.
+    batch_lines: usize,
+    /// With `rate`: when the first batch went, and lines sent since.
+    paced: Option<(std::time::Instant, u64)>,
 }
 
 const READ_CHUNK: usize = 64 * 1024;
@@ -182,7 +186,13 @@ impl LineReader {
             args.plan.event_time.is_some(),
         );
         let at = args.resume.unwrap_or_default();
+        let batch_lines = match args.plan.rate {
+            Some(r) => args.batch_size.min((r / 100).max(1) as usize),
+            None => args.batch_size,
+        };
         LineReader {
+            batch_lines,
+            paced: None,
             args,
             tx,
             decoder,
@@ -287,7 +297,7 @@ impl LineReader {
             }
             self.offset += 1; // the newline
             chunk = &chunk[nl + 1..];
-            if self.builder.len() >= self.args.batch_size && !self.flush() {
+            if self.builder.len() >= self.batch_lines && !self.flush() {
                 return false;
             }
         }
@@ -364,6 +374,11 @@ impl LineReader {
         if self.builder.is_empty() {
             return true;
         }
+        if let Some(rate) = self.args.plan.rate
+            && !self.pace(rate, self.builder.len() as u64)
+        {
+            return false;
+        }
         let batch = self.builder.take();
         let at = FilePosition {
             offset: self.offset,
@@ -372,6 +387,27 @@ impl LineReader {
         let ok = self.tx.send((batch, at)).is_ok();
         self.args.worker.unpark();
         ok
+    }
+
+    /// Waits until `lines` more are due at `rate` per second; false if the
+    /// run stops meanwhile.
+    fn pace(&mut self, rate: u64, lines: u64) -> bool {
+        let (start, sent) = *self
+            .paced
+            .get_or_insert_with(|| (std::time::Instant::now(), 0));
+        let due = start + Duration::from_secs_f64(sent as f64 / rate as f64);
+        loop {
+            if self.args.stop.load(Relaxed) {
+                return false;
+            }
+            let now = std::time::Instant::now();
+            if now >= due {
+                break;
+            }
+            std::thread::sleep((due - now).min(FOLLOW_POLL));
+        }
+        self.paced = Some((start, sent + lines));
+        true
     }
 
     /// `follow = true` at the end of the file: wait until it grows. A file

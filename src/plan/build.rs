@@ -180,13 +180,16 @@ impl NodeBuilder<'_> {
                 Some((OpSpec::Generator(plan), vec![(id, schema, true)], forward))
             }
             Spec::File(f) => {
-                let plan = line_source(
-                    Some(f.path.value.clone()),
-                    f.follow,
-                    f.format,
-                    &f.schema,
-                    &f.event_time,
-                );
+                let plan = LineSourcePlan {
+                    rate: f.rate,
+                    ..line_source(
+                        Some(f.path.value.clone()),
+                        f.follow,
+                        f.format,
+                        &f.schema,
+                        &f.event_time,
+                    )
+                };
                 let out = vec![(id, plan.schema.clone(), plan.event_time.is_some())];
                 Some((OpSpec::FileSource(plan), out, forward))
             }
@@ -711,6 +714,7 @@ fn line_source(
         schema,
         event_time,
         max_out_of_orderness_ms: et.max_out_of_orderness_ms,
+        rate: None,
     }
 }
 

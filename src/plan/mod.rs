@@ -131,6 +131,8 @@ pub(crate) struct LineSourcePlan {
     pub(crate) schema: SchemaRef,
     pub(crate) event_time: Option<usize>,
     pub(crate) max_out_of_orderness_ms: i64,
+    /// Lines per second at most (`file`'s `rate`).
+    pub(crate) rate: Option<u64>,
 }
 
 /// Where one output column of a `map` comes from.
