@@ -263,6 +263,12 @@ fn the_node_makes_profiling_runs_and_tells_the_optimiser() {
     });
     let p = &v["profiling"];
     assert!(p["runs"].as_u64().unwrap() >= 2, "{p}");
+    // Pinned to the idlest of the allowed cores, with the default caps.
+    let cap = p["cap"].as_str().unwrap();
+    assert!(
+        cap.starts_with("cores [") && cap.contains(", 1024 MiB of data memory, "),
+        "{p}"
+    );
     assert!(p["cpu_s"].as_f64().unwrap() > 0.0, "{p}");
     for o in v["optimizer"]["observations"].as_array().unwrap() {
         let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} in {o}"));

@@ -92,6 +92,9 @@ pub(crate) struct TuneConfig {
     /// `profile_interval`: time between the starts of two profiling runs.
     /// Default 5 min.
     pub(crate) profile_interval_ms: u64,
+    /// `profile_memory`: a profiling run's data memory at most
+    /// (`RLIMIT_DATA`). Default 1 GiB.
+    pub(crate) profile_memory_bytes: u64,
     /// `apply`: whether the choice is applied to the running pipeline.
     /// Default `true`.
     pub(crate) apply: bool,
@@ -122,6 +125,7 @@ impl Default for TuneConfig {
             profile: true,
             profile_duration_ms: 5_000,
             profile_interval_ms: 300_000,
+            profile_memory_bytes: 1 << 30,
             apply: true,
             apply_threshold: 0.2,
         }
@@ -203,6 +207,18 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
     if let Some(ms) = t.duration_ms(d, "profile_interval", false) {
         c.profile_interval_ms = ms.value as u64;
     }
+    if let Some(bytes) = t.size_bytes(d, "profile_memory") {
+        if bytes < MIN_PROFILE_MEMORY {
+            d.error(
+                t.raw("profile_memory").map_or(0..0, |v| v.span()),
+                &t.ctx("profile_memory"),
+                "must be at least 128MiB: a run reserves about 70 MiB of data memory (thread \
+                 stacks, IO buffers) before it reads a record",
+            );
+        } else {
+            c.profile_memory_bytes = bytes;
+        }
+    }
     if let Some(b) = t.boolean(d, "apply") {
         c.apply = b.value;
     }
@@ -212,6 +228,9 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
     t.finish(d, "[tune]");
     c
 }
+
+/// The least `profile_memory` a run can start with.
+const MIN_PROFILE_MEMORY: u64 = 128 << 20;
 
 /// `key = [min, max]`, each in `unit` and within `[lo, hi]`.
 fn read_range(
@@ -363,7 +382,7 @@ mod tests {
              checkpoint_interval = [\"500ms\", \"2m\"]\nbatch_size = [1, 65536]\n\
              flush_interval = [\"5ms\", \"5ms\"]\nlatency_p99_ms = 2.5\nmax_recovery_s = 4\n\
                           horizon = \"2s\"\nstep = \"200ms\"\nprofile = false\nprofile_duration = \"1s\"\n\
-             profile_interval = \"3s\"",
+             profile_interval = \"3s\"\nprofile_memory = \"256MiB\"\napply = false\napply_threshold = 0.5",
         );
         assert!(out.is_empty(), "{out}");
         assert!(c.enabled);
@@ -387,13 +406,16 @@ mod tests {
             (c.profile, c.profile_duration_ms, c.profile_interval_ms),
             (false, 1000, 3000)
         );
+        assert_eq!(c.profile_memory_bytes, 256 << 20);
+        assert_eq!((c.apply, c.apply_threshold), (false, 0.5));
     }
 
     #[test]
     fn errors_name_the_field_and_place() {
         let (_, out) = parse(
             "[tune]\nworkers = [4, 1]\ncache_bytes = \"16MiB\"\ncheckpoint_interval = [\"1s\", \"soon\"]\n\
-             batch_size = [0, 10]\nlatency_p99_ms = -1\nstep = \"10ms\"\nhorizon = \"1000h\"\nwokers = 1",
+             batch_size = [0, 10]\nlatency_p99_ms = -1\nstep = \"10ms\"\nhorizon = \"1000h\"\nwokers = 1\n\
+             profile_memory = \"64MiB\"\napply_threshold = 0",
         );
         for want in [
             "p.toml:2:11: error: tune: field `workers`: the range is empty: its min 4 is above its max 1",
@@ -404,6 +426,8 @@ mod tests {
             "p.toml:7:8: error: tune: field `step`: must be at least 100ms",
             "p.toml:8:11: error: tune: field `horizon`: is 120000 steps of 30s",
             "p.toml:9:1: error: tune: field `wokers`: unknown field `wokers` (did you mean `workers`?)",
+            "p.toml:10:18: error: tune: field `profile_memory`: must be at least 128MiB",
+            "p.toml:11:19: error: tune: field `apply_threshold`: expected a number above 0",
         ] {
             assert!(out.contains(want), "missing\n{want}\nin\n{out}");
         }

@@ -80,6 +80,9 @@ pub(crate) struct ProfilingView {
     pub(crate) cpu_s: f64,
     /// Why the last attempt made no run, if it did not.
     pub(crate) last_error: Option<String>,
+    /// What the last run was allowed: its cores, memory and CPU time.
+    #[serde(default)]
+    pub(crate) cap: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -453,7 +456,11 @@ fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: Pa
             scratch: scratch.clone(),
             recorded: &recorded,
         };
-        let outcome = super::tune_profile::run(&profile, stop);
+        let workers = settings.get("workers").copied().unwrap_or(1) as usize;
+        let cap =
+            super::tune_cap::Cap::for_run(workers, config.profile_memory_bytes, profile.duration);
+        lock(&shared.inner).profiling.cap = Some(cap.describe());
+        let outcome = super::tune_profile::run(&profile, &cap, stop);
         let mut inner = lock(&shared.inner);
         let told = outcome.and_then(|m| {
             let cpu = m.cpu_s;

@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::tune_cap::Cap;
 use super::tune_store::Measured;
 use crate::exec::recorder::Recording;
 
@@ -41,17 +42,27 @@ pub(crate) struct Profile<'a> {
 /// Lines a replay file holds at most (its records repeat beyond).
 const MAX_REPLAY_LINES: usize = 2_000_000;
 
-/// Makes the run; `stop` cuts it short (the node is stopping).
-pub(crate) fn run(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
+/// Makes the run under `cap`; `stop` cuts it short (the node is
+/// stopping).
+pub(crate) fn run(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, String> {
     let _ = std::fs::remove_dir_all(&p.scratch);
     std::fs::create_dir_all(&p.scratch)
         .map_err(|e| format!("cannot create {}: {e}", p.scratch.display()))?;
-    let outcome = measure(p, stop);
+    let outcome = measure(p, cap, stop).map_err(|e| {
+        if e.contains("memory allocation") || e.contains("Resource temporarily unavailable") {
+            format!(
+                "the run needed more than [tune] profile_memory ({} MiB): {e}",
+                cap.memory_bytes >> 20
+            )
+        } else {
+            e
+        }
+    });
     let _ = std::fs::remove_dir_all(&p.scratch);
     outcome
 }
 
-fn measure(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
+fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, String> {
     let text = std::fs::read_to_string(p.pipeline)
         .map_err(|e| format!("cannot read {}: {e}", p.pipeline.display()))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -70,7 +81,7 @@ fn measure(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
     let file = p.scratch.join("pipeline.toml");
     std::fs::write(&file, derived).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
 
-    let mut child = Guard(Some(spawn(&file)?));
+    let mut child = Guard(Some(spawn(&file, cap)?));
     let pid = child.pid();
     let until = Instant::now() + p.duration;
     while Instant::now() < until {
@@ -98,7 +109,7 @@ fn measure(p: &Profile<'_>, stop: &AtomicBool) -> Result<Measured, String> {
 
     // Recovery: start again on the checkpoint it just took.
     let started = Instant::now();
-    let mut again = Guard(Some(spawn(&file)?));
+    let mut again = Guard(Some(spawn(&file, cap)?));
     let recovery_s = loop {
         if stop.load(Ordering::Relaxed) {
             return Err("the node is stopping".into());
@@ -331,8 +342,9 @@ pub(crate) fn derive(
 }
 
 /// `eddy run --stats FILE` at the lowest priority (`nice`, when there is
-/// one), so the pipeline it measures for keeps the cores it needs.
-fn spawn(file: &Path) -> Result<Child, String> {
+/// one), so the pipeline it measures for keeps the cores it needs, under
+/// `cap`.
+fn spawn(file: &Path, cap: &Cap) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find eddy itself: {e}"))?;
     let nice = Path::new("/usr/bin/nice");
     let mut cmd = if nice.exists() {
@@ -342,7 +354,7 @@ fn spawn(file: &Path) -> Result<Child, String> {
     } else {
         Command::new(&exe)
     };
-    die_with_parent(&mut cmd);
+    die_with_parent(&mut cmd, cap);
     cmd.args(["run", "--stats", "--log-level", "warn"])
         .arg(file)
         .env_remove("NOTIFY_SOCKET")
@@ -358,12 +370,14 @@ fn spawn(file: &Path) -> Result<Child, String> {
 /// killed with SIGKILL (or by the OOM killer) leaves no profiling run
 /// behind: `Guard`'s drop only covers an orderly exit. The death signal
 /// follows the thread that spawned the child, which is the profiling
-/// thread: it lives as long as the tuner.
-fn die_with_parent(cmd: &mut Command) {
+/// thread: it lives as long as the tuner. The cap is applied there too.
+fn die_with_parent(cmd: &mut Command, cap: &Cap) {
     use std::os::unix::process::CommandExt;
     let parent = std::process::id();
+    let (set, memory, cpu) = (cap.cpu_set(), cap.memory_bytes, cap.cpu_seconds);
     // SAFETY: between fork and exec only async-signal-safe calls run here
-    // (prctl, getppid), and nothing is allocated.
+    // (prctl, getppid, sched_setaffinity, setrlimit), and nothing is
+    // allocated.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -373,7 +387,7 @@ fn die_with_parent(cmd: &mut Command) {
             if libc::getppid() as u32 != parent {
                 return Err(std::io::Error::other("the daemon exited"));
             }
-            Ok(())
+            Cap::apply(&set, memory, cpu)
         });
     }
 }
