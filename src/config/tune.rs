@@ -84,6 +84,9 @@ pub(crate) struct TuneConfig {
     pub(crate) horizon_ms: u64,
     /// How often the rate is sampled, and the forecast's step. Default 30 s.
     pub(crate) step_ms: u64,
+    /// `season`: the period of the input rate the forecast models. Default
+    /// a day (`eddy bench tune` compresses one into minutes).
+    pub(crate) season_ms: u64,
     /// `profile`: whether the node starts profiling runs itself. Default
     /// `true`.
     pub(crate) profile: bool,
@@ -122,6 +125,7 @@ impl Default for TuneConfig {
             max_recovery_s: 30.0,
             horizon_ms: 600_000,
             step_ms: 30_000,
+            season_ms: 24 * 3600 * 1000,
             profile: true,
             profile_duration_ms: 5_000,
             profile_interval_ms: 300_000,
@@ -172,6 +176,20 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
             );
         } else {
             c.step_ms = s.value as u64;
+        }
+    }
+    if let Some(s) = t.duration_ms(d, "season", false) {
+        if (s.value as u64) < 4 * c.step_ms {
+            d.error(
+                s.span,
+                &t.ctx("season"),
+                format!(
+                    "is shorter than four steps ({}); a season needs points to model",
+                    fmt_ms(4 * c.step_ms)
+                ),
+            );
+        } else {
+            c.season_ms = s.value as u64;
         }
     }
     if let Some(h) = t.duration_ms(d, "horizon", false) {

@@ -22,6 +22,12 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             density,
             json,
         } => super::bench_trace::bench(events, density, json),
+        Workload::Tune {
+            day,
+            peak,
+            goal_ms,
+            json,
+        } => super::bench_tune::tune(day, peak, goal_ms, json),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

@@ -293,6 +293,26 @@ pub(crate) enum Workload {
         #[arg(long)]
         json: bool,
     },
+    /// A diurnal rate (a day compressed into `--day` seconds) through real
+    /// daemons three ways: static for the peak, DS2 alone, and Demeter's
+    /// tuner; CPU seconds, peak memory, windows over the latency goal and
+    /// the profiling runs' CPU.
+    Tune {
+        /// Seconds one day lasts (Demeter runs three: two to learn).
+        #[arg(long, default_value_t = 120)]
+        day: u64,
+        /// Records per second at the busiest hour.
+        #[arg(long, default_value_t = 20_000)]
+        peak: u64,
+        /// The p99 latency goal of every 1 s window, in ms.
+        #[arg(long, default_value_t = 100.0)]
+        goal_ms: f64,
+        /// Print `{"runs": [{"policy": "static"|"ds2"|"demeter", "cpu_s",
+        /// "peak_memory_bytes", "windows_over_goal_pct", "profiling_cpu_s",
+        /// "windows", "detail"}], ...}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Scaling decisions in the seeded simulator: DS2 against a CPU
     /// threshold (70 %, HPA-like) over the same scenarios (pure
     /// computation, no pipeline runs).

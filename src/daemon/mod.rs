@@ -5,6 +5,7 @@ pub mod api;
 mod bench;
 mod bench_migration;
 mod bench_trace;
+mod bench_tune;
 mod cli;
 pub mod cluster;
 pub(crate) mod distribute;

@@ -27,8 +27,6 @@ use crate::tune::space;
 const INITIAL_DESIGN: usize = 8;
 /// Standard deviations of margin a choice must meet the goals by.
 const MARGIN: f64 = 1.0;
-/// The season of the input rate: a day.
-const SEASON_MS: u64 = 24 * 3600 * 1000;
 /// Without two seasons of history, AutoETS is fitted to at most this many
 /// of the latest points.
 const ETS_WINDOW: usize = 2000;
@@ -498,7 +496,7 @@ impl Inner {
             }
         }
         self.accuracy.actual(step, rate);
-        let period = (SEASON_MS / config.step_ms) as usize;
+        let period = (config.season_ms / config.step_ms) as usize;
         let have = self.store.rate_count();
         let window = if have >= 2 * period {
             have.min(3 * period)

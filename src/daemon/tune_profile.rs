@@ -454,7 +454,7 @@ impl Drop for Guard {
     }
 }
 
-fn terminate(pid: u32) {
+pub(crate) fn terminate(pid: u32) {
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .stdout(Stdio::null())
@@ -463,7 +463,7 @@ fn terminate(pid: u32) {
 }
 
 /// User and system CPU seconds of a process so far.
-fn cpu_seconds(pid: u32) -> Result<f64, String> {
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64, String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
     // The command name (field 2) may hold spaces: count after its `)`.
