@@ -497,7 +497,9 @@ mod tests {
     #[test]
     fn the_day_has_its_trough_at_midnight_and_its_peak_at_noon() {
         let rates: Vec<u64> = (0..24).map(|h| rate_at(h, 10_000)).collect();
-        let max = rates.iter().position(|&r| r == *rates.iter().max().unwrap());
+        let max = rates
+            .iter()
+            .position(|&r| r == *rates.iter().max().unwrap());
         assert!(matches!(max, Some(11 | 12)), "{rates:?}");
         assert!(rates[0] < 1_100 && rates[23] < 1_100, "{rates:?}");
         assert!(rates.iter().all(|&r| (1_000..=10_000).contains(&r)));
@@ -519,7 +521,10 @@ mod tests {
     fn a_window_is_over_the_goal_when_more_than_one_percent_is_late() {
         let mut w = Window::default();
         assert_eq!(w.next(&metrics(100, 100, 0, [0.0; 3]), 100.0), None);
-        assert_eq!(w.next(&metrics(1090, 1100, 0, [0.0; 3]), 100.0), Some(false));
+        assert_eq!(
+            w.next(&metrics(1090, 1100, 0, [0.0; 3]), 100.0),
+            Some(false)
+        );
         assert_eq!(w.next(&metrics(2070, 2100, 0, [0.0; 3]), 100.0), Some(true));
         assert_eq!(w.next(&metrics(2070, 2100, 0, [0.0; 3]), 100.0), None);
     }

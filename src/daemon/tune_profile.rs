@@ -45,10 +45,21 @@ const MAX_REPLAY_LINES: usize = 2_000_000;
 /// Makes the run under `cap`; `stop` cuts it short (the node is
 /// stopping).
 pub(crate) fn run(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, String> {
-    let _ = std::fs::remove_dir_all(&p.scratch);
-    std::fs::create_dir_all(&p.scratch)
-        .map_err(|e| format!("cannot create {}: {e}", p.scratch.display()))?;
-    let outcome = measure(p, cap, stop).map_err(|e| {
+    // The run's API port is one the kernel just had free; another process
+    // may take it before the run binds it, so a run that finds it taken
+    // is made again on another.
+    let mut attempt = 0;
+    let outcome = loop {
+        let _ = std::fs::remove_dir_all(&p.scratch);
+        std::fs::create_dir_all(&p.scratch)
+            .map_err(|e| format!("cannot create {}: {e}", p.scratch.display()))?;
+        attempt += 1;
+        match measure(p, cap, stop) {
+            Err(e) if attempt < 3 && e.contains("Address already in use") => continue,
+            outcome => break outcome,
+        }
+    };
+    let outcome = outcome.map_err(|e| {
         if e.contains("memory allocation") || e.contains("Resource temporarily unavailable") {
             format!(
                 "the run needed more than [tune] profile_memory ({} MiB): {e}",
