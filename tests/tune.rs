@@ -513,21 +513,15 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
     );
 }
 
-/// A pipeline fed by a growing file (any source but a generator): the
-/// profiling runs replay what the source recorded, at the forecast rate.
-#[test]
-fn profiling_runs_replay_the_recorded_input_of_other_sources() {
-    let s = Scratch::new();
-    let port = free_port();
-    let input = s.write("input.jsonl", "");
-    let pipeline = format!(
-        r#"
+/// A pipeline fed by a growing file (`{input}`; any source but a
+/// generator) at about 1000 readings/s by a [`Feeder`].
+const FED: &str = r#"
 [node]
-data_dir = "{{data}}"
+data_dir = "{data}"
 workers = 1
 
 [api]
-address = "127.0.0.1:{{port}}"
+address = "127.0.0.1:{port}"
 
 [tune]
 enabled = true
@@ -541,61 +535,95 @@ profile_duration = "1s"
 
 [sources.readings]
 type = "file"
-path = "{}"
+path = "{input}"
 follow = true
-schema = {{ sensor = "string", temp = "float", ts = "int" }}
+schema = { sensor = "string", temp = "float", ts = "int" }
 event_time = "ts"
 
 [transforms.per_sensor]
 type = "window"
 inputs = ["readings"]
 key = ["sensor"]
-window = {{ kind = "tumbling", size = "1s" }}
-aggregates = {{ n = "count(*)", avg = "avg(temp)" }}
+window = { kind = "tumbling", size = "1s" }
+aggregates = { n = "count(*)", avg = "avg(temp)" }
 
 [sinks.b]
 type = "blackhole"
 inputs = ["per_sensor"]
-"#,
-        input.display()
-    );
-    let _daemon = start_with(&s, port, &pipeline);
-    // About 1000 readings a second, appended as they happen.
-    let feeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let feeder = {
-        let (feeding, input) = (feeding.clone(), input.clone());
-        std::thread::spawn(move || {
-            let mut f = std::fs::OpenOptions::new()
-                .append(true)
-                .open(&input)
-                .unwrap();
-            let mut i = 0u64;
-            while feeding.load(std::sync::atomic::Ordering::Relaxed) {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis();
-                let mut chunk = String::new();
-                for _ in 0..100 {
-                    chunk.push_str(&format!(
-                        "{{\"sensor\":\"s{}\",\"temp\":{}.5,\"ts\":{now}}}\n",
-                        i % 13,
-                        i % 40
-                    ));
-                    i += 1;
+"#;
+
+/// Appends about 1000 readings a second to a file until dropped.
+struct Feeder {
+    feeding: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Feeder {
+    fn start(input: &std::path::Path) -> Feeder {
+        let feeding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let thread = {
+            let (feeding, input) = (feeding.clone(), input.to_path_buf());
+            std::thread::spawn(move || {
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&input)
+                    .unwrap();
+                let mut i = 0u64;
+                while feeding.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis();
+                    let mut chunk = String::new();
+                    for _ in 0..100 {
+                        chunk.push_str(&format!(
+                            "{{\"sensor\":\"s{}\",\"temp\":{}.5,\"ts\":{now}}}\n",
+                            i % 13,
+                            i % 40
+                        ));
+                        i += 1;
+                    }
+                    f.write_all(chunk.as_bytes()).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
                 }
-                f.write_all(chunk.as_bytes()).unwrap();
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+            })
+        };
+        Feeder {
+            feeding,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.feeding
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Profiling runs replay what the file source recorded, at the forecast
+/// rate.
+#[test]
+fn profiling_runs_replay_the_recorded_input_of_other_sources() {
+    let s = Scratch::new();
+    let port = free_port();
+    let input = s.write("input.jsonl", "");
+    let _daemon = start_with(
+        &s,
+        port,
+        &FED.replace("{input}", &input.display().to_string()),
+    );
+    let feeder = Feeder::start(&input);
     let v = wait_longer(port, "a profiling run on replayed input", 180, |v| {
         v["optimizer"]["observations"]
             .as_array()
             .is_some_and(|o| !o.is_empty())
     });
-    feeding.store(false, std::sync::atomic::Ordering::Relaxed);
-    feeder.join().unwrap();
+    drop(feeder);
     let o = &v["optimizer"]["observations"][0];
     let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} in {o}"));
     assert!((500.0..2000.0).contains(&f("rate")), "{o}");
@@ -603,4 +631,55 @@ inputs = ["per_sensor"]
     // Windows fired in the run: the replayed stream had event time.
     assert!(f("latency_p99_ms") > 0.0, "{o}");
     assert!(f("recovery_s") > 0.0, "{o}");
+}
+
+/// The forecast reaches the controller: DS2's source target (the offered
+/// rate every node gossips) becomes at least the forecast peak, so its
+/// decisions size the run for the load to come. A file source has no
+/// schedule: without the tuner's forecast (`apply = false`) no target is
+/// offered and DS2 takes what came.
+#[test]
+fn the_controller_sizes_for_the_forecast_peak() {
+    let offered = |apply: bool| -> (Value, f64) {
+        let s = Scratch::new();
+        let port = free_port();
+        let input = s.write("input.jsonl", "");
+        let pipeline = FED
+            .replace("{input}", &input.display().to_string())
+            .replace(
+                "profile = true",
+                &format!("profile = false\napply = {apply}"),
+            );
+        let _daemon = start_with(&s, port, &pipeline);
+        let feeder = Feeder::start(&input);
+        wait_for(port, "a forecast", |v| !v["forecast"].is_null());
+        // A summary published after the forecast.
+        std::thread::sleep(Duration::from_millis(2500));
+        let (code, body) = http(port, "GET", "/cluster").expect("GET /cluster");
+        assert_eq!(code, 200, "{body}");
+        let peak = tune_state(port)["forecast"]["peak"].as_f64().unwrap();
+        drop(feeder);
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        let source = doc["members"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["local"] == true))
+            .and_then(|m| m["summary"]["operators"].as_array())
+            .and_then(|ops| ops.iter().find(|o| o["id"] == "readings"))
+            .unwrap_or_else(|| panic!("no local summary of `readings` in {doc:#}"))
+            .clone();
+        (source, peak)
+    };
+    let (source, peak) = offered(true);
+    let target = source["offered_per_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{source}"));
+    let observed = source["observed_out_per_s"].as_f64().unwrap();
+    assert!(target >= observed, "{source}");
+    // About 1000/s fed; the forecast a moment later is about the same.
+    assert!(
+        target > 400.0 && (0.5..2.0).contains(&(target / peak)),
+        "target {target}/s, forecast peak {peak}/s: {source}"
+    );
+    let (source, _) = offered(false);
+    assert!(source["offered_per_s"].is_null(), "{source}");
 }

@@ -22,7 +22,8 @@ use crate::config::ControllerSettings;
 use crate::control::OperatorSpec;
 use crate::control::announcer::{DecisionRecord, Execution, Planner};
 use crate::control::view::{
-    BinRates, ClusterState, InForce, MemberDoc, NodeSummary, Observed, OperatorShape, summarize,
+    BinRates, ClusterState, InForce, MemberDoc, NodeSummary, Observed, OperatorShape,
+    OperatorSummary, summarize,
 };
 use crate::exec::{RebalanceError, Reporter, Shared};
 use crate::kernel::counters::Counters;
@@ -37,6 +38,30 @@ pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Reconfiguring decisions kept for `GET /cluster`.
 const DECISIONS_KEPT: usize = 16;
+
+/// Raises the sources' offered rates (`source[i]`: operator `i` is one)
+/// to the forecast peak of their sum, split by what each produced (evenly
+/// when none did): DS2 then sizes for the larger of the present and the
+/// forecast.
+fn offer_forecast(operators: &mut [OperatorSummary], source: &[bool], peak: f64) {
+    let sources: Vec<usize> = (0..operators.len())
+        .filter(|&i| source.get(i) == Some(&true))
+        .collect();
+    let total: f64 = sources
+        .iter()
+        .map(|&i| f64::from(operators[i].observed_out_per_s))
+        .sum();
+    for &i in &sources {
+        let o = &mut operators[i];
+        let share = if total > 0.0 {
+            f64::from(o.observed_out_per_s) / total
+        } else {
+            1.0 / sources.len() as f64
+        };
+        let now = f64::from(o.offered_per_s.unwrap_or(o.observed_out_per_s));
+        o.offered_per_s = Some(now.max(peak * share) as f32);
+    }
+}
 
 /// `GET /cluster`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -97,6 +122,10 @@ struct Inner {
     in_force: Option<(u64, Vec<u32>)>,
     /// A decision to execute (again): made at, from epoch, target.
     pending: Option<(u64, u64, Vec<u32>)>,
+    /// The tuner's forecast peak of this node's input (`[tune] apply`):
+    /// DS2's source target is at least that, so decisions size the run
+    /// for the load to come (Demeter through the controller).
+    forecast: Option<Arc<dyn Fn() -> Option<f64> + Send + Sync>>,
 }
 
 /// What the thread executing a decision hands back.
@@ -156,11 +185,18 @@ impl ClusterSource {
                 attached_at: Instant::now(),
                 in_force: None,
                 pending: None,
+                forecast: None,
             }),
             node,
             mesh,
             executor: Arc::default(),
         }
+    }
+
+    /// Takes the tuner's forecast peak of this node's input as a floor of
+    /// its sources' offered rate from now on.
+    pub(crate) fn set_forecast(&self, forecast: Arc<dyn Fn() -> Option<f64> + Send + Sync>) {
+        self.lock().forecast = Some(forecast);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -249,6 +285,15 @@ impl ClusterSource {
                         o.offered_per_s =
                             source.rate_at(elapsed).map(|r| (r as f64 * local) as f32);
                     }
+                }
+                if let Some(peak) = g.forecast.as_ref().and_then(|f| f()) {
+                    let source: Vec<bool> = r
+                        .plan()
+                        .nodes
+                        .iter()
+                        .map(|n| n.kind == crate::plan::NodeKind::Source)
+                        .collect();
+                    offer_forecast(&mut operators, &source, peak);
                 }
                 let summary = NodeSummary {
                     workers: workers as u16,
@@ -739,4 +784,42 @@ pub(crate) fn spawn(
 /// `GET /cluster`: [`ClusterDoc`] as JSON.
 pub(crate) fn routes(router: Router, source: Arc<ClusterSource>) -> Router {
     router.get("/cluster", move |_| Response::json(200, &source.doc()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(id: &str, out: f32, offered: Option<f32>) -> OperatorSummary {
+        OperatorSummary {
+            id: id.into(),
+            instances: 1,
+            true_processing_per_s: out,
+            true_output_per_s: out,
+            observed_in_per_s: out,
+            observed_out_per_s: out,
+            backlog: 0,
+            useful_permille: 0,
+            backpressure_permille: 0,
+            offered_per_s: offered,
+        }
+    }
+
+    #[test]
+    fn the_forecast_peak_raises_the_sources_targets_by_their_shares() {
+        let mut ops = vec![
+            op("mqtt", 300.0, None),
+            op("gen", 100.0, Some(1000.0)),
+            op("window", 400.0, None),
+        ];
+        offer_forecast(&mut ops, &[true, true, false], 800.0);
+        // 3/4 and 1/4 of 800; a schedule above its share stays.
+        assert_eq!(ops[0].offered_per_s, Some(600.0));
+        assert_eq!(ops[1].offered_per_s, Some(1000.0));
+        assert_eq!(ops[2].offered_per_s, None);
+        // Nothing produced yet: even shares.
+        let mut idle = vec![op("a", 0.0, None), op("b", 0.0, None)];
+        offer_forecast(&mut idle, &[true, true], 10.0);
+        assert_eq!(idle[0].offered_per_s, Some(5.0));
+    }
 }

@@ -152,6 +152,10 @@ impl Services {
                 }
             }
         }
+        if let Some(t) = &services.tune {
+            let tuner = t.shared();
+            cluster.set_forecast(Arc::new(move || tuner.forecast_peak()));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         match gossip::spawn(cluster.clone(), stop.clone()) {
             Ok(h) => services.gossip = Some((stop, h)),

@@ -309,6 +309,18 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+impl Shared {
+    /// The forecast peak of this node's input, with `[tune] apply` (the
+    /// controller then sizes the run for it).
+    pub(crate) fn forecast_peak(&self) -> Option<f64> {
+        if !self.config.apply {
+            return None;
+        }
+        let inner = lock(&self.inner);
+        inner.forecast.as_ref().map(|(_, f)| f.peak())
+    }
+}
+
 /// Samples on the step's wall-clock grid, so that a sample's step number
 /// (unix ms / step) is consecutive and survives a restart.
 fn sample_loop(shared: &Shared, stop: &AtomicBool) {

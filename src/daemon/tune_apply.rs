@@ -83,8 +83,8 @@ fn workers(reporter: &Reporter, want: usize) -> Result<String, Retry> {
     let threads = shared.workers;
     if shared.members_in_run().is_some() {
         return Ok(
-            "not applied: in a distributed run the controller (DS2) sizes the workers of every \
-             member"
+            "not applied here: in a distributed run the controller sizes every member's \
+             workers, with the forecast peak as DS2's target rate"
                 .into(),
         );
     }
