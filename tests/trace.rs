@@ -229,3 +229,47 @@ inputs = ["gen"]
         "{err}"
     );
 }
+
+/// The migration coordinator is a timeline of its own: while bins move,
+/// it plans steps and exchanges Prepare, Switch and the workers' replies
+/// as control messages, which the windows show beside the workers.
+#[test]
+fn the_migration_coordinator_is_traced() {
+    let s = Scratch::new();
+    let (_daemon, port) = start(&s, &SLOW_MAP.replace("cost_per_record = \"50us\"", ""));
+    let moving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mover = {
+        let moving = moving.clone();
+        std::thread::spawn(move || {
+            let mut to = 0;
+            let mut moves = 0;
+            while moving.load(std::sync::atomic::Ordering::Relaxed) {
+                let body = serde_json::json!({ "assignment": vec![to; 256] }).to_string();
+                if let Some((200, _)) = http_with(port, "POST", "/rebalance", &body) {
+                    moves += 1;
+                    to = 1 - to;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            moves
+        })
+    };
+    let windows = trace_windows(port, 4, &[]);
+    moving.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(mover.join().unwrap() > 0, "no rebalance went through");
+    let seen = windows[1..].iter().find(|w| {
+        rows(w, "workers")
+            .iter()
+            .any(|r| r["name"] == "migration coordinator")
+    });
+    let w = seen.unwrap_or_else(|| panic!("no window has the coordinator: {windows:?}"));
+    check_sums(w);
+    let control = rows(w, "activities")
+        .iter()
+        .find(|r| r["name"] == "control message")
+        .unwrap_or_else(|| panic!("no control messages: {w}"));
+    // The workers wait for Prepare and Switch, the coordinator for their
+    // replies: the messages between them carry critical paths.
+    assert!(control["cp"].as_f64().unwrap() > 0.0, "{w}");
+    assert!(cp_of(w, "workers", "migration coordinator") > 0.0, "{w}");
+}

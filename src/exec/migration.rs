@@ -47,14 +47,18 @@ const SLOW_STEP: Duration = Duration::from_secs(10);
 /// The node-wide side: the coordinator (when this node coordinates) and
 /// the channels to this node's workers.
 pub(crate) struct Control {
-    /// This node's workers, by local index.
-    pub(crate) to_workers: Vec<flume::Sender<Input>>,
+    /// This node's workers, by local index, with the trace id of each
+    /// message (0 untraced).
+    pub(crate) to_workers: Vec<flume::Sender<(Input, u64)>>,
     /// The same, for the workers a node that joins adds (`join.rs`).
     pub(crate) join_to_workers: Vec<flume::Sender<super::join::AddWorkers>>,
     /// Replies of the workers (this node's, and other members' over the
     /// mesh) to the coordinator.
-    pub(crate) to_coordinator: flume::Sender<CoordInput>,
-    from_workers: flume::Receiver<CoordInput>,
+    pub(crate) to_coordinator: flume::Sender<(CoordInput, u64)>,
+    from_workers: flume::Receiver<(CoordInput, u64)>,
+    /// The coordinator's activity log (`eddy trace`): its planning and
+    /// the control messages it exchanges with the workers.
+    pub(super) trace: Mutex<crate::trace::LaneTrace>,
     pub(crate) coordinator: Mutex<Coordinator>,
     origin: Instant,
     /// Set while a migration runs (coordinated here or by another member):
@@ -110,7 +114,7 @@ impl From<&str> for RebalanceError {
 /// One worker's side.
 pub(crate) struct WorkerMigration {
     pub(crate) machine: Migrator,
-    control: Option<flume::Receiver<Input>>,
+    control: Option<flume::Receiver<(Input, u64)>>,
     /// Records held per (node, bin): (port, rows) in arrival order.
     held: HashMap<(usize, u32), Vec<(usize, Batch)>>,
     held_rows: usize,
@@ -192,6 +196,10 @@ pub(crate) fn setup(
         to_coordinator: coord_tx,
         from_workers: coord_rx,
         coordinator: Mutex::new(coordinator),
+        trace: Mutex::new(crate::trace::LaneTrace::new(
+            crate::trace::LaneName::Coordinator,
+            vec!["migration".into()],
+        )),
         origin: Instant::now(),
         migrating: AtomicBool::new(false),
         holder: Mutex::new(None),
@@ -355,6 +363,7 @@ impl Shared {
             Some(_) => {}
         }
         let mut deadline = Instant::now() + STEP_TIMEOUT;
+        let mut trace = lock(&control.trace);
         loop {
             for o in out.drain(..) {
                 match o {
@@ -366,18 +375,14 @@ impl Shared {
                                 moves: step.moves.iter().map(|m| (m.bin, m.from, m.to)).collect(),
                             });
                         }
-                        for tx in &control.to_workers {
-                            let _ = tx.send(Input::Prepare(step.clone()));
-                        }
+                        control.to_all(&mut trace, || Input::Prepare(step.clone()));
                         self.wake_workers();
                     }
                     CoordOutput::Switch { epoch } => {
                         if let Some(link) = control.mesh.get() {
                             link.broadcast(MigrateMsg::Switch { epoch });
                         }
-                        for tx in &control.to_workers {
-                            let _ = tx.send(Input::Switch { epoch });
-                        }
+                        control.to_all(&mut trace, || Input::Switch { epoch });
                         self.wake_workers();
                     }
                     CoordOutput::StepDone(r) => tracing::debug!(
@@ -419,10 +424,16 @@ impl Shared {
                 .map_or(Duration::from_millis(50), |t| {
                     t.saturating_sub(now()).min(Duration::from_millis(50))
                 });
-            match control.from_workers.recv_timeout(wait) {
-                Ok(input) => coordinator.handle(now(), input, &mut out),
-                Err(_) => coordinator.handle(now(), CoordInput::Tick, &mut out),
-            }
+            let input = match control.from_workers.recv_timeout(wait) {
+                Ok((input, id)) => {
+                    trace.received(id);
+                    input
+                }
+                Err(_) => CoordInput::Tick,
+            };
+            let t = trace.begin();
+            coordinator.handle(now(), input, &mut out);
+            trace.end(t, crate::trace::Kind::Migration, 0);
         }
     }
 }
@@ -458,9 +469,10 @@ impl Worker {
         let Some(rx) = &self.mig.control else {
             return joined;
         };
-        let inputs: Vec<Input> = rx.try_iter().collect();
+        let inputs: Vec<(Input, u64)> = rx.try_iter().collect();
         let any = joined || !inputs.is_empty();
-        for input in inputs {
+        for (input, id) in inputs {
+            self.trace.received(id);
             self.migrate_input(input);
         }
         self.watch_step();
@@ -628,7 +640,7 @@ impl Worker {
         let mut i = 0;
         while i < out.len() {
             match &out[i] {
-                Output::Prepared { epoch } => self.to_coordinator(CoordInput::Prepared {
+                Output::Prepared { epoch } => self.reply_to_coordinator(CoordInput::Prepared {
                     worker: self.global as u32,
                     epoch: *epoch,
                 }),
@@ -701,7 +713,7 @@ impl Worker {
                     epoch,
                     bins_in,
                     bytes_in,
-                } => self.to_coordinator(CoordInput::Done {
+                } => self.reply_to_coordinator(CoordInput::Done {
                     worker: self.global as u32,
                     epoch: *epoch,
                     bins_in: *bins_in,
@@ -725,9 +737,11 @@ impl Worker {
         }
     }
 
-    fn to_coordinator(&self, input: CoordInput) {
+    fn reply_to_coordinator(&mut self, input: CoordInput) {
         if let Some(control) = &self.shared.migration {
-            control.reply(input);
+            let id = self.trace.send_id(false);
+            self.trace.sent(id);
+            control.reply(input, id);
         }
     }
 
@@ -769,8 +783,18 @@ impl Worker {
 }
 
 impl Control {
-    /// A worker's reply, to the coordinator wherever it runs.
-    pub(crate) fn reply(&self, input: CoordInput) {
+    /// `make()` to every worker of this node, each message traced.
+    pub(super) fn to_all(&self, trace: &mut crate::trace::LaneTrace, make: impl Fn() -> Input) {
+        for tx in &self.to_workers {
+            let id = trace.send_id(false);
+            trace.sent(id);
+            let _ = tx.send((make(), id));
+        }
+    }
+
+    /// A worker's reply, to the coordinator wherever it runs (`id`: its
+    /// trace id; a reply to another member's coordinator goes untraced).
+    pub(crate) fn reply(&self, input: CoordInput, id: u64) {
         let coordinating = lock(&self.holder).map(|(_, node)| node);
         match (self.mesh.get(), coordinating) {
             (Some(link), Some(node)) if node != link.me => {
@@ -794,7 +818,7 @@ impl Control {
                 link.send(node, msg);
             }
             _ => {
-                let _ = self.to_coordinator.send(input);
+                let _ = self.to_coordinator.send((input, id));
             }
         }
     }

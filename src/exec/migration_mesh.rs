@@ -498,9 +498,7 @@ impl Shared {
                         .collect(),
                 };
                 lock(&control.tracked).0 = Some(step.clone());
-                for tx in &control.to_workers {
-                    let _ = tx.send(Input::Prepare(step.clone()));
-                }
+                control.to_all(&mut lock(&control.trace), || Input::Prepare(step.clone()));
                 self.wake_workers();
             }
             MigrateMsg::Switch { epoch } => {
@@ -510,15 +508,13 @@ impl Shared {
                         tracked.1.apply(&step);
                     }
                 }
-                for tx in &control.to_workers {
-                    let _ = tx.send(Input::Switch { epoch });
-                }
+                control.to_all(&mut lock(&control.trace), || Input::Switch { epoch });
                 self.wake_workers();
             }
             MigrateMsg::Prepared { worker, epoch } => {
                 let _ = control
                     .to_coordinator
-                    .send(CoordInput::Prepared { worker, epoch });
+                    .send((CoordInput::Prepared { worker, epoch }, 0));
             }
             MigrateMsg::Done {
                 worker,
@@ -526,12 +522,15 @@ impl Shared {
                 bins_in,
                 bytes_in,
             } => {
-                let _ = control.to_coordinator.send(CoordInput::Done {
-                    worker,
-                    epoch,
-                    bins_in,
-                    bytes_in,
-                });
+                let _ = control.to_coordinator.send((
+                    CoordInput::Done {
+                        worker,
+                        epoch,
+                        bins_in,
+                        bytes_in,
+                    },
+                    0,
+                ));
             }
             MigrateMsg::Finish { id, epoch } => {
                 let mut holder = lock(&control.holder);

@@ -28,6 +28,9 @@ pub(crate) enum LaneName {
         from: usize,
         to: usize,
     },
+    /// The coordinator of live migrations on this node: it plans each
+    /// step and exchanges Prepare, Switch and the workers' replies.
+    Coordinator,
 }
 
 impl LaneName {
@@ -48,12 +51,13 @@ impl LaneName {
                 to,
                 ..
             } => format!("exchange {edge} w{from}->w{to} (from {peer})"),
+            LaneName::Coordinator => "migration coordinator".to_string(),
         }
     }
 
     pub(crate) fn peer(&self) -> Option<&str> {
         match self {
-            LaneName::Worker(_) => None,
+            LaneName::Worker(_) | LaneName::Coordinator => None,
             LaneName::Link { peer, .. } => Some(peer),
         }
     }
@@ -63,7 +67,7 @@ impl LaneName {
     pub(crate) fn gap(&self) -> Kind {
         match self {
             LaneName::Worker(_) => Kind::Unknown,
-            LaneName::Link { .. } => Kind::Waiting,
+            LaneName::Link { .. } | LaneName::Coordinator => Kind::Waiting,
         }
     }
 }
