@@ -514,25 +514,21 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
 }
 
 /// A pipeline fed by a growing file (`{input}`; any source but a
-/// generator) at about 1000 readings/s by a [`Feeder`].
-const FED: &str = r#"
-[node]
-data_dir = "{data}"
-workers = 1
+/// generator) at about 1000 readings/s by a [`Feeder`], making profiling
+/// runs every second.
+fn fed(input: &std::path::Path) -> String {
+    let head = PIPELINE.split("[sources.g]").next().expect("a head");
+    let head = head.replace(
+        "profile = false",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"",
+    );
+    format!(
+        "{head}{}",
+        FED_BODY.replace("{input}", &input.display().to_string())
+    )
+}
 
-[api]
-address = "127.0.0.1:{port}"
-
-[tune]
-enabled = true
-step = "200ms"
-horizon = "2s"
-latency_p99_ms = 50
-max_recovery_s = 5
-profile = true
-profile_interval = "1s"
-profile_duration = "1s"
-
+const FED_BODY: &str = r#"
 [sources.readings]
 type = "file"
 path = "{input}"
@@ -612,11 +608,7 @@ fn profiling_runs_replay_the_recorded_input_of_other_sources() {
     let s = Scratch::new();
     let port = free_port();
     let input = s.write("input.jsonl", "");
-    let _daemon = start_with(
-        &s,
-        port,
-        &FED.replace("{input}", &input.display().to_string()),
-    );
+    let _daemon = start_with(&s, port, &fed(&input));
     let feeder = Feeder::start(&input);
     let v = wait_longer(port, "a profiling run on replayed input", 180, |v| {
         v["optimizer"]["observations"]
@@ -644,12 +636,10 @@ fn the_controller_sizes_for_the_forecast_peak() {
         let s = Scratch::new();
         let port = free_port();
         let input = s.write("input.jsonl", "");
-        let pipeline = FED
-            .replace("{input}", &input.display().to_string())
-            .replace(
-                "profile = true",
-                &format!("profile = false\napply = {apply}"),
-            );
+        let pipeline = fed(&input).replace(
+            "profile = true",
+            &format!("profile = false\napply = {apply}"),
+        );
         let _daemon = start_with(&s, port, &pipeline);
         let feeder = Feeder::start(&input);
         wait_for(port, "a forecast", |v| !v["forecast"].is_null());

@@ -215,12 +215,7 @@ impl Drop for Daemon {
 }
 
 fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Result<Run, String> {
-    let Setup {
-        day_s,
-        peak,
-        goal_ms,
-        cores,
-    } = setup;
+    let (day_s, peak, goal_ms, cores) = (setup.day_s, setup.peak, setup.goal_ms, setup.cores);
     let days = if policy == "demeter" { 3 } else { 1 };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
