@@ -534,24 +534,21 @@ impl Inner {
     /// again after a reload.
     fn apply_due(&self, config: &TuneConfig, generation: u64) -> Option<ChoiceView> {
         let choice = self.choice.as_ref().filter(|_| config.apply)?;
+        let moved = |a: &AppliedView| {
+            (choice.rate - a.rate).abs() > config.apply_threshold * a.rate.max(1.0)
+        };
         let due = match &self.applied {
             None => true,
-            Some((g, _)) if *g != generation => true,
-            Some((_, a)) => (choice.rate - a.rate).abs() > config.apply_threshold * a.rate.max(1.0),
+            Some((g, a)) => *g != generation || moved(a),
         };
         due.then(|| match &self.applied {
             // After a reload the settings in force are applied again, not
             // a newer choice for a rate that has not moved.
-            Some((g, a))
-                if *g != generation
-                    && (choice.rate - a.rate).abs() <= config.apply_threshold * a.rate.max(1.0) =>
-            {
-                ChoiceView {
-                    settings: a.settings.clone(),
-                    rate: a.rate,
-                    ..choice.clone()
-                }
-            }
+            Some((g, a)) if *g != generation && !moved(a) => ChoiceView {
+                settings: a.settings.clone(),
+                rate: a.rate,
+                ..choice.clone()
+            },
             _ => choice.clone(),
         })
     }

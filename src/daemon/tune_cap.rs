@@ -58,9 +58,13 @@ impl Cap {
         cpu_seconds: u64,
     ) -> std::io::Result<()> {
         let limit = |resource, v: u64| {
+            // `rlim_t` is 32 bits on 32-bit ARM (the casts are not no-ops
+            // there): a larger cap is no cap.
+            #[allow(clippy::unnecessary_cast)]
+            let v = v.min(libc::rlim_t::MAX as u64) as libc::rlim_t;
             let l = libc::rlimit {
-                rlim_cur: v as libc::rlim_t,
-                rlim_max: v as libc::rlim_t,
+                rlim_cur: v,
+                rlim_max: v,
             };
             // SAFETY: a plain system call on a valid struct.
             if unsafe { libc::setrlimit(resource, &l) } != 0 {
