@@ -265,7 +265,7 @@ fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Resu
         let metrics = api.get("/metrics").unwrap_or_default();
         let measuring = t >= measure_from;
         if measuring && cpu0.is_none() {
-            cpu0 = Some(super::tune_profile::cpu_seconds(pid)?);
+            cpu0 = Some(super::procfs::cpu_seconds(pid)?);
             prof0 = Some(profiling_cpu(&api));
             window = Window::default();
         }
@@ -276,7 +276,8 @@ fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Resu
             over += u64::from(over_goal);
         }
         if measuring {
-            peak_rss = peak_rss.max(rss(pid));
+            peak_rss =
+                peak_rss.max(super::procfs::status_bytes(&pid.to_string(), "VmRSS").unwrap_or(0));
         }
         if policy == "ds2" && t >= next_hour {
             next_hour += hour;
@@ -292,7 +293,7 @@ fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Resu
             }
         }
     }
-    let cpu_s = super::tune_profile::cpu_seconds(pid)? - cpu0.unwrap_or(0.0);
+    let cpu_s = super::procfs::cpu_seconds(pid)? - cpu0.unwrap_or(0.0);
     let profiling_cpu_s = profiling_cpu(&api) - prof0.unwrap_or(0.0);
     let detail = match policy {
         "static" => format!("{cores} workers, 256 MiB cache, 1 s checkpoints"),
@@ -365,17 +366,6 @@ fn profiling_cpu(api: &Api) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
 /// A `/metrics` sample: `name{labels}` of `component_id`'s line.
 fn sample(metrics: &str, name: &str, component: &str, extra: &str) -> Option<f64> {
     metrics
@@ -400,10 +390,7 @@ impl Window {
     /// (more than 1 % of its records later than the smallest bucket at or
     /// above it); `None` without records.
     fn next(&mut self, metrics: &str, goal_ms: f64) -> Option<bool> {
-        const BUCKETS: [f64; 11] = [
-            0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
-        ];
-        let le = BUCKETS
+        let le = super::prometheus::LATENCY_BUCKETS
             .iter()
             .find(|&&b| b * 1e3 >= goal_ms)
             .copied()

@@ -150,18 +150,6 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Resident memory of this process (`VmRSS`), 0 where unknown.
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 impl ClusterSource {
     pub(crate) fn new(node: String, mesh: Option<Arc<MeshNode>>) -> ClusterSource {
         ClusterSource {
@@ -299,7 +287,7 @@ impl ClusterSource {
                     workers: workers as u16,
                     pipeline: g.pipeline,
                     cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
-                    rss_bytes: rss_bytes(),
+                    rss_bytes: super::procfs::status_bytes("self", "VmRSS").unwrap_or(0),
                     bins_held,
                     bins_total: g.bins_total,
                     epoch: g.in_force.as_ref().map_or(0, |a| a.0),

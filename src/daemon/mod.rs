@@ -17,6 +17,7 @@ mod load;
 pub mod migration_api;
 mod notify;
 mod peers;
+mod procfs;
 mod prometheus;
 mod rebalance;
 mod reload;

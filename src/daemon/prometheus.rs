@@ -15,7 +15,7 @@ use crate::kernel::counters::Counters;
 use crate::plan::NodeKind;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
-const LATENCY_BUCKETS: [f64; 11] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 11] = [
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
 ];
 

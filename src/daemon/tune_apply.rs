@@ -7,7 +7,6 @@
 //! start: it is reported, not applied, until a reload.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering::Relaxed;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +59,7 @@ pub(crate) fn apply(
                     .to_string()
             }
             "flush_interval" => {
-                shared.live.flush_interval_ms.store(v, Relaxed);
+                shared.live.set_flush_interval_ms(v);
                 "live: stdout and file sinks hold lines up to this long".to_string()
             }
             "batch_size" => format!(

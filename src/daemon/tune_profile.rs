@@ -20,9 +20,6 @@ use super::tune_cap::Cap;
 use super::tune_store::Measured;
 use crate::exec::recorder::Recording;
 
-/// Clock ticks per second of `/proc/PID/stat` (`USER_HZ`): 100 on every
-/// Linux architecture eddy is built for.
-const USER_HZ: f64 = 100.0;
 /// The most a restart may take before the run counts as not recovering.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(120);
 
@@ -108,8 +105,8 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
         std::thread::sleep(Duration::from_millis(20));
     }
     // Read before the final checkpoint, which is not part of running.
-    let cpu_s = cpu_seconds(pid)?;
-    let peak_memory_bytes = peak_rss(pid)?;
+    let cpu_s = super::procfs::cpu_seconds(pid)?;
+    let peak_memory_bytes = super::procfs::status_bytes(&pid.to_string(), "VmHWM")? as f64;
     terminate(pid);
     let (status, stderr) = child.finish();
     if !status.is_some_and(|s| s.success()) {
@@ -471,36 +468,6 @@ pub(crate) fn terminate(pid: u32) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-}
-
-/// User and system CPU seconds of a process so far.
-pub(crate) fn cpu_seconds(pid: u32) -> Result<f64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
-    // The command name (field 2) may hold spaces: count after its `)`.
-    let after = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or("no `)` in /proc/PID/stat")?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15, here 11 and 12 (from 0).
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(u), Some(s)) => Ok((u + s) / USER_HZ),
-        _ => Err(format!("/proc/{pid}/stat has no CPU times")),
-    }
-}
-
-/// The peak resident set size (`VmHWM`) in bytes.
-fn peak_rss(pid: u32) -> Result<f64, String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb * 1024.0)
-        .ok_or_else(|| format!("/proc/{pid}/status has no VmHWM"))
 }
 
 /// The highest p99 of the blackhole sinks in a `--stats` table (its

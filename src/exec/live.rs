@@ -44,6 +44,10 @@ impl LiveSettings {
     pub(crate) fn set_cache_bytes(&self, bytes: u64) {
         self.cache_bytes.store(bytes, Relaxed);
     }
+
+    pub(crate) fn set_flush_interval_ms(&self, ms: u64) {
+        self.flush_interval_ms.store(ms, Relaxed);
+    }
 }
 
 /// One stateful operator instance's share of `[state] cache_bytes` (per
