@@ -263,6 +263,11 @@ fn the_migration_coordinator_is_traced() {
             .any(|r| r["name"] == "migration coordinator")
     });
     let w = seen.unwrap_or_else(|| panic!("no window has the coordinator: {windows:?}"));
+    eprintln!(
+        "control messages: CP {:.2}; migration coordinator: CP {:.2}",
+        cp_of(w, "activities", "control message"),
+        cp_of(w, "workers", "migration coordinator")
+    );
     check_sums(w);
     let control = rows(w, "activities")
         .iter()
