@@ -145,6 +145,23 @@ fn a_members_straggler_is_named_by_the_others_analysis() {
             .any(|n| n.starts_with("exchange") && n.ends_with("on node-1")),
         "{names:?}"
     );
+    // QUIC's own work, on each member's endpoint thread, is a lane too.
+    for quic in ["QUIC endpoint", "QUIC endpoint on node-1"] {
+        let busy = rows(&w, "workers")
+            .iter()
+            .find(|r| r["name"] == quic)
+            .and_then(|r| r["share"].as_f64());
+        eprintln!("{quic}: busy share {busy:?}");
+        assert!(
+            busy.is_some_and(|b| b > 0.0),
+            "{quic}: {busy:?} in {names:?}"
+        );
+    }
+    let transport = rows(&w, "activities")
+        .iter()
+        .find(|r| r["name"] == "transport")
+        .and_then(|r| r["share"].as_f64());
+    assert!(transport.is_some_and(|t| t > 0.0), "{w}");
     // The straggler: node-1, its worker, and the map that is slow there.
     let (here, there) = (
         cp_of(&w, "peers", "(this node)"),

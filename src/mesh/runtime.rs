@@ -10,6 +10,9 @@
 //! executor that runs them), and two endpoints on one host do not queue
 //! behind each other.
 //!
+//! Every poll of a quinn task is a `transport` span of the thread's trace
+//! lane ("QUIC endpoint"), so QUIC's own work shows in `eddy trace`.
+//!
 //! Timers and the socket are async-io's, as in `SmolRuntime`: the reactor is
 //! the process's one, driven by whichever thread waits.
 
@@ -62,7 +65,9 @@ impl Runtime for EndpointThread {
     }
 
     fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
-        self.executor.spawn(future).detach();
+        self.executor
+            .spawn(crate::trace::TransportPolls(future))
+            .detach();
     }
 
     fn wrap_udp_socket(&self, t: std::net::UdpSocket) -> io::Result<Arc<dyn AsyncUdpSocket>> {

@@ -20,17 +20,71 @@
 use super::event::Kind;
 use super::graph::{Pag, PagEdge};
 
-/// `ln(e^a + e^b)`.
-#[inline]
-fn ln_add(a: f64, b: f64) -> f64 {
-    if a == f64::NEG_INFINITY {
-        return b;
+/// A path count too large for an `f64`: `m · 2^(e · SHIFT)`, with `m` in
+/// `[1, 2^SHIFT)` for any count but zero (`m == 0`). Counts grow
+/// exponentially with a window's messages; adding two takes a multiply and
+/// a compare here, where counts kept as logarithms took an `exp` and a
+/// `log1p`, a tenth of a window's analysis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Count {
+    m: f64,
+    e: i32,
+}
+
+const SHIFT: i32 = 480;
+
+/// `2^k` for a `k` in the normal range of `f64`.
+const fn pow2(k: i32) -> f64 {
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+/// `2^SHIFT`: a count's `m` stays below it.
+const TOP: f64 = pow2(SHIFT);
+/// `2^(-SHIFT · d)` for `d` = 0, 1, 2 and 3 or more. Beyond the last
+/// nonzero factor a term is below an `f64`'s precision of the larger one.
+const DOWN: [f64; 4] = [1.0, pow2(-SHIFT), pow2(-2 * SHIFT), 0.0];
+
+impl Count {
+    const ZERO: Count = Count { m: 0.0, e: 0 };
+    const ONE: Count = Count { m: 1.0, e: 0 };
+
+    #[inline]
+    fn add(self, other: Count) -> Count {
+        if self.m == 0.0 {
+            return other;
+        }
+        if other.m == 0.0 {
+            return self;
+        }
+        let (hi, lo) = if self.e >= other.e {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        // Both `m` are at least 1: a term two exponents down is below the
+        // larger one's precision.
+        let m = match hi.e - lo.e {
+            0 => hi.m + lo.m,
+            1 => hi.m + lo.m * DOWN[1],
+            _ => hi.m,
+        };
+        if m >= TOP {
+            Count {
+                m: m * DOWN[1],
+                e: hi.e + 1,
+            }
+        } else {
+            Count { m, e: hi.e }
+        }
     }
-    if b == f64::NEG_INFINITY {
-        return a;
+
+    fn ln(self) -> f64 {
+        if self.m == 0.0 {
+            f64::NEG_INFINITY
+        } else {
+            self.m.ln() + f64::from(self.e * SHIFT) * std::f64::consts::LN_2
+        }
     }
-    let (hi, lo) = if a > b { (a, b) } else { (b, a) };
-    hi + (lo - hi).exp().ln_1p()
 }
 
 /// Which paths a window's CP is over.
@@ -48,27 +102,34 @@ pub(crate) enum Paths {
 /// of paths it is over, and which paths those are.
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     let n = pag.nodes;
-    // Successors (CSR) along the edges that may carry critical paths: the
-    // passes below read these small arrays in order instead of the edges.
+    // Successors along the edges that may carry critical paths: a point's
+    // local edge to the next point (a flag per point), then its messages
+    // (CSR; every message may carry). The passes below read these small
+    // arrays instead of the edges.
+    let messages = &pag.edges[pag.first_message..];
     let mut first = vec![0u32; n + 1];
     let mut indeg = vec![0u32; n];
-    for e in pag.edges.iter().filter(|e| carries(e)) {
+    for e in messages {
         first[e.from as usize + 1] += 1;
         indeg[e.to as usize] += 1;
+    }
+    for (d, &local) in indeg.iter_mut().skip(1).zip(&pag.carries_next) {
+        *d += u32::from(local);
     }
     for i in 0..n {
         first[i + 1] += first[i];
     }
     let mut fill = first.clone();
-    let mut succ = vec![0u32; first[n] as usize];
-    for e in pag.edges.iter().filter(|e| carries(e)) {
+    let mut succ = vec![0u32; messages.len()];
+    for e in messages {
         succ[fill[e.from as usize] as usize] = e.to;
         fill[e.from as usize] += 1;
     }
     drop(fill);
-    let g = Csr {
+    let g = Succ {
+        local: &pag.carries_next,
         first: &first,
-        succ: &succ,
+        messages: &succ,
     };
     // A point between two waits starts and ends no path of any length:
     // not counting it keeps the count the same however waits are cut.
@@ -92,13 +153,13 @@ pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
         let v = order[k];
         k += 1;
         let r = reached[v as usize];
-        for &to in g.next(v) {
+        g.each(v, |to| {
             reached[to as usize] |= r;
             indeg[to as usize] -= 1;
             if indeg[to as usize] == 0 {
                 order.push(to);
             }
-        }
+        });
     }
     if pag.ends.iter().any(|&e| reached[e as usize]) {
         let (cp, _, ln_paths) = count(pag, g, &order, &pag.starts, &pag.ends);
@@ -116,20 +177,28 @@ fn carries(e: &PagEdge) -> bool {
 }
 
 #[derive(Clone, Copy)]
-struct Csr<'a> {
+struct Succ<'a> {
+    local: &'a [bool],
     first: &'a [u32],
-    succ: &'a [u32],
+    messages: &'a [u32],
 }
 
-impl Csr<'_> {
-    #[inline]
-    fn next(&self, v: u32) -> &[u32] {
-        let v = v as usize;
-        &self.succ[self.first[v] as usize..self.first[v + 1] as usize]
+impl Succ<'_> {
+    /// Calls `f` with each successor of `v`.
+    #[inline(always)]
+    fn each(&self, v: u32, mut f: impl FnMut(u32)) {
+        let i = v as usize;
+        if self.local[i] {
+            f(v + 1);
+        }
+        for &to in &self.messages[self.first[i] as usize..self.first[i + 1] as usize] {
+            f(to);
+        }
     }
 
     fn has_out(&self, v: u32) -> bool {
-        self.first[v as usize + 1] > self.first[v as usize]
+        let i = v as usize;
+        self.local[i] || self.first[i + 1] > self.first[i]
     }
 }
 
@@ -138,67 +207,68 @@ impl Csr<'_> {
 /// paths (`-∞` when none).
 fn count(
     pag: &Pag,
-    g: Csr<'_>,
+    g: Succ<'_>,
     order: &[u32],
     starts: &[u32],
     ends: &[u32],
 ) -> (Vec<f64>, f64, f64) {
     let n = pag.nodes;
-    let mut f = vec![f64::NEG_INFINITY; n];
+    let mut f = vec![Count::ZERO; n];
     for &s in starts {
-        f[s as usize] = 0.0;
+        f[s as usize] = Count::ONE;
     }
     for &v in order {
         let fv = f[v as usize];
-        if fv == f64::NEG_INFINITY {
+        if fv.m == 0.0 {
             continue;
         }
-        for &to in g.next(v) {
-            f[to as usize] = ln_add(f[to as usize], fv);
-        }
+        g.each(v, |to| f[to as usize] = f[to as usize].add(fv));
     }
-    let ln_paths = ends
+    let paths = ends
         .iter()
-        .fold(f64::NEG_INFINITY, |acc, &e| ln_add(acc, f[e as usize]));
-    if ln_paths == f64::NEG_INFINITY {
-        return (vec![0.0; pag.edges.len()], f64::NEG_INFINITY, ln_paths);
+        .fold(Count::ZERO, |acc, &e| acc.add(f[e as usize]));
+    if paths.m == 0.0 {
+        return (
+            vec![0.0; pag.edges.len()],
+            f64::NEG_INFINITY,
+            f64::NEG_INFINITY,
+        );
     }
-    let mut b = vec![f64::NEG_INFINITY; n];
+    let mut b = vec![Count::ZERO; n];
     for &e in ends {
-        b[e as usize] = 0.0;
+        b[e as usize] = Count::ONE;
     }
     for &v in order.iter().rev() {
         let mut bv = b[v as usize];
-        for &to in g.next(v) {
-            bv = ln_add(bv, b[to as usize]);
-        }
+        g.each(v, |to| bv = bv.add(b[to as usize]));
         b[v as usize] = bv;
     }
-    // w · N(e) per edge, N(e) scaled by the largest so that one `exp` per
-    // edge does; their sum is the length of all paths (so scaled).
+    // w · N(e) per edge, N(e) = f(from) · b(to): `m` below 2^(2·SHIFT),
+    // exponents summed. No edge is on more paths than there are, so scaled
+    // by the count of all paths each fits an `f64`; their sum is the
+    // length of all paths (so scaled).
+    let top = paths.e;
+    let mut length = 0.0;
     let mut cp: Vec<f64> = pag
         .edges
         .iter()
         .map(|e| {
-            if carries(e) && e.w > 0 {
-                f[e.from as usize] + b[e.to as usize]
-            } else {
-                f64::NEG_INFINITY
+            let (f, b) = (f[e.from as usize], b[e.to as usize]);
+            if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
+                return 0.0;
             }
+            let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
+            let c = e.w as f64 * f.m * b.m * down;
+            length += c;
+            c
         })
         .collect();
-    let top = cp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if top == f64::NEG_INFINITY {
-        cp.fill(0.0);
-        return (cp, f64::NEG_INFINITY, ln_paths);
-    }
-    let mut length = 0.0;
-    for (c, e) in cp.iter_mut().zip(&pag.edges) {
-        *c = e.w as f64 * (*c - top).exp();
-        length += *c;
+    if length == 0.0 {
+        return (cp, f64::NEG_INFINITY, paths.ln());
     }
     cp.iter_mut().for_each(|c| *c /= length);
-    (cp, length.ln() + top, ln_paths)
+    let length = Count { m: length, e: top };
+    (cp, length.ln(), paths.ln())
 }
 
 #[cfg(test)]
@@ -428,6 +498,83 @@ mod tests {
         assert!(
             spanning > 50 && busy > 50,
             "{spanning} spanning, {busy} busy"
+        );
+    }
+
+    #[test]
+    fn counts_beyond_an_f64_add_exactly_where_an_f64_can_tell() {
+        let ln2 = std::f64::consts::LN_2;
+        let pow = |k: u32| (0..k).fold(Count::ONE, |c, _| c.add(c));
+        let c = pow(2000);
+        assert!((c.ln() / ln2 - 2000.0).abs() < 1e-9, "{c:?}");
+        // 2^1000 + 2^999 + 1, in every order.
+        let (big, half) = (pow(1000), pow(999));
+        let want = 1000.0 * ln2 + 1.5f64.ln();
+        for sum in [
+            big.add(half).add(Count::ONE),
+            Count::ONE.add(half).add(big),
+            half.add(Count::ONE.add(big)),
+        ] {
+            assert!((sum.ln() - want).abs() < 1e-12, "{sum:?}");
+        }
+        // Across one exponent: 2^500 + 2^479.
+        let want = 500.0 * ln2 + (1.0 + 2f64.powi(-21)).ln();
+        for sum in [pow(500).add(pow(479)), pow(479).add(pow(500))] {
+            assert!((sum.ln() - want).abs() < 1e-12, "{sum:?}");
+        }
+        assert_eq!(Count::ZERO.add(big), big);
+        assert_eq!(Count::ZERO.ln(), f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn a_window_of_more_paths_than_an_f64_holds_still_sums_to_one() {
+        // Two lanes send each other a message every round: the paths
+        // double each round, 2^1500 and more in all.
+        const ROUNDS: u64 = 1500;
+        let lane = |me: u64| -> Vec<Event> {
+            let mut events = Vec::new();
+            for t in 0..ROUNDS {
+                let send = DATA_BIT | me << 32 | t;
+                let recv = DATA_BIT | (1 - me) << 32 | t;
+                events.push(Event::instant(4 * t + 1, Kind::DataSend, send));
+                events.push(Event::instant(4 * t + 3, Kind::DataRecv, recv));
+            }
+            events
+        };
+        let (a, b) = (lane(0), lane(1));
+        let lanes = [
+            LaneInput {
+                gap: Kind::Unknown,
+                events: &a,
+            },
+            LaneInput {
+                gap: Kind::Unknown,
+                events: &b,
+            },
+        ];
+        let pag = build(&lanes, 0, 4 * ROUNDS + 4);
+        let (cp, ln_paths, paths) = critical_participation(&pag);
+        assert_eq!(paths, Paths::Spanning);
+        let doublings = ln_paths / std::f64::consts::LN_2;
+        assert!(
+            (ROUNDS as f64..ROUNDS as f64 + 3.0).contains(&doublings),
+            "{doublings}"
+        );
+        assert!(cp.iter().all(|c| c.is_finite() && *c >= 0.0));
+        assert!((cp.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        let on_lane = |l: u32| -> f64 {
+            pag.edges
+                .iter()
+                .zip(&cp)
+                .filter(|(e, _)| !e.is_message() && e.lane == l)
+                .map(|(_, c)| c)
+                .sum()
+        };
+        assert!(
+            (on_lane(0) - on_lane(1)).abs() < 1e-9,
+            "{} {}",
+            on_lane(0),
+            on_lane(1)
         );
     }
 

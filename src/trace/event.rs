@@ -30,10 +30,13 @@ pub(crate) enum Kind {
     /// The edge between a send and its receive.
     DataMessage = 13,
     ControlMessage = 14,
+    /// QUIC's own work on an endpoint's thread: UDP sends and receives,
+    /// packet encryption and decryption, acknowledgements and timers.
+    Transport = 15,
 }
 
 impl Kind {
-    pub(crate) const COUNT: usize = 15;
+    pub(crate) const COUNT: usize = 16;
     pub(crate) const ALL: [Kind; Kind::COUNT] = [
         Kind::Processing,
         Kind::Serialization,
@@ -50,6 +53,7 @@ impl Kind {
         Kind::ControlRecv,
         Kind::DataMessage,
         Kind::ControlMessage,
+        Kind::Transport,
     ];
 
     pub(crate) fn from_u8(v: u8) -> Kind {
@@ -73,6 +77,7 @@ impl Kind {
             Kind::ControlRecv => "control receive",
             Kind::DataMessage => "data message",
             Kind::ControlMessage => "control message",
+            Kind::Transport => "transport",
         }
     }
 

@@ -62,6 +62,12 @@ pub(crate) struct Pag {
     pub(crate) edges: Vec<PagEdge>,
     /// The activities local edges are made of (see [`PagEdge::first_piece`]).
     pub(crate) pieces: Vec<Piece>,
+    /// Per point `v`, whether a local edge that may carry critical paths
+    /// (not waiting) leads from it to `v + 1`: a lane's points are numbered
+    /// in a row, so its local edges are exactly these.
+    pub(crate) carries_next: Vec<bool>,
+    /// `edges[first_message..]` are the messages, all local edges before.
+    pub(crate) first_message: usize,
     /// The window's length in nanoseconds.
     pub(crate) span: u64,
     /// Events inside the window.
@@ -105,6 +111,8 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
         ends: Vec::with_capacity(lanes.len()),
         edges: Vec::with_capacity(logged / 2 + 2 * lanes.len()),
         pieces: Vec::with_capacity(logged * 2),
+        carries_next: Vec::with_capacity(logged / 2 + 2 * lanes.len()),
+        first_message: 0,
         span: we.saturating_sub(ws),
         events: 0,
     };
@@ -182,6 +190,7 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
         run.close(&mut pag, we);
         pag.ends.push(run.node);
     }
+    pag.first_message = pag.edges.len();
     join(&sends, &recvs, |send, recv| {
         if send.t <= recv.t {
             pag.edges.push(PagEdge {
@@ -204,7 +213,7 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
 }
 
 /// One end of a message: its point in the graph.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct End {
     id: u64,
     t: u64,
@@ -213,10 +222,13 @@ struct End {
 }
 
 /// Calls `edge` with each receive end and the send end of its id (the
-/// last one logged, should an id repeat). The ends are first split into
-/// parts of about 2k sends by their ids' hash, and each part joined with
-/// a table of its own: one table for a whole window missed the cache on
-/// nearly every look-up, which was a third of the analysis.
+/// last one logged, should an id repeat), in the order of `recvs`. Ids are
+/// first split into parts of about 2k sends by their hash, and each part
+/// joined with a table of its own: one table for a whole window missed the
+/// cache on nearly every look-up, which was a third of the analysis. The
+/// edges then come in the receive ends' order (lane by lane, in time), so
+/// that later passes read the graph's points in a few ordered streams
+/// rather than in the hash's order.
 fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
     let bits = (sends.len() / 2048)
         .max(1)
@@ -226,28 +238,38 @@ fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
     // Bits of the hash that neither the table's buckets nor its tags use
     // (see `IdHasher`), so a part's ids still spread in its table.
     let part = |id: u64| ((id.wrapping_mul(ID_MIX) >> 44) & ((1 << bits) - 1)) as usize;
-    let (sends, s_first) = scatter(sends, 1 << bits, part);
-    let (recvs, r_first) = scatter(recvs, 1 << bits, part);
+    let (sends_by_part, s_first) = scatter(sends, 1 << bits, part);
+    let (recvs_by_part, r_first) = scatter(recvs, 1 << bits, part);
     let largest = s_first.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
     let mut table: HashMap<u64, u32, BuildHasherDefault<IdHasher>> =
         HashMap::with_capacity_and_hasher(largest, Default::default());
+    // For each receive end, the index of its send end in `sends`.
+    let mut send_of = vec![u32::MAX; recvs.len()];
     for p in 0..1 << bits {
-        let part_sends = &sends[s_first[p]..s_first[p + 1]];
         table.clear();
-        for (i, s) in part_sends.iter().enumerate() {
-            table.insert(s.id, i as u32);
+        for &(id, i) in &sends_by_part[s_first[p]..s_first[p + 1]] {
+            table.insert(id, i);
         }
-        for r in &recvs[r_first[p]..r_first[p + 1]] {
-            if let Some(&i) = table.get(&r.id) {
-                edge(&part_sends[i as usize], r);
+        for &(id, r) in &recvs_by_part[r_first[p]..r_first[p + 1]] {
+            if let Some(&i) = table.get(&id) {
+                send_of[r as usize] = i;
             }
+        }
+    }
+    for (r, &i) in recvs.iter().zip(&send_of) {
+        if i != u32::MAX {
+            edge(&sends[i as usize], r);
         }
     }
 }
 
-/// `ends` grouped by `part` (in their order within a part), and where each
-/// part begins.
-fn scatter(ends: &[End], parts: usize, part: impl Fn(u64) -> usize) -> (Vec<End>, Vec<usize>) {
+/// `(id, index in ends)` of `ends` grouped by `part` (in their order within
+/// a part), and where each part begins.
+fn scatter(
+    ends: &[End],
+    parts: usize,
+    part: impl Fn(u64) -> usize,
+) -> (Vec<(u64, u32)>, Vec<usize>) {
     let mut first = vec![0usize; parts + 1];
     for e in ends {
         first[part(e.id) + 1] += 1;
@@ -256,10 +278,10 @@ fn scatter(ends: &[End], parts: usize, part: impl Fn(u64) -> usize) -> (Vec<End>
         first[p + 1] += first[p];
     }
     let mut fill = first.clone();
-    let mut out = vec![End::default(); ends.len()];
-    for e in ends {
+    let mut out = vec![(0, 0); ends.len()];
+    for (i, e) in ends.iter().enumerate() {
         let p = part(e.id);
-        out[fill[p]] = *e;
+        out[fill[p]] = (e.id, i as u32);
         fill[p] += 1;
     }
     (out, first)
@@ -303,6 +325,8 @@ impl Run {
             return;
         }
         let to = new_node(pag);
+        debug_assert_eq!(to, self.node + 1, "a lane's points are numbered in a row");
+        pag.carries_next[self.node as usize] = !self.waits;
         let first = pag.pieces[self.first_piece as usize].kind;
         pag.edges.push(PagEdge {
             from: self.node,
@@ -355,6 +379,7 @@ impl Hasher for IdHasher {
 }
 
 fn new_node(pag: &mut Pag) -> u32 {
+    pag.carries_next.push(false);
     pag.nodes += 1;
     (pag.nodes - 1) as u32
 }

@@ -31,6 +31,8 @@ pub(crate) enum LaneName {
     /// The coordinator of live migrations on this node: it plans each
     /// step and exchanges Prepare, Switch and the workers' replies.
     Coordinator,
+    /// The thread that runs quinn's tasks for this node's endpoint.
+    Transport,
 }
 
 impl LaneName {
@@ -52,12 +54,13 @@ impl LaneName {
                 ..
             } => format!("exchange {edge} w{from}->w{to} (from {peer})"),
             LaneName::Coordinator => "migration coordinator".to_string(),
+            LaneName::Transport => "QUIC endpoint".to_string(),
         }
     }
 
     pub(crate) fn peer(&self) -> Option<&str> {
         match self {
-            LaneName::Worker(_) | LaneName::Coordinator => None,
+            LaneName::Worker(_) | LaneName::Coordinator | LaneName::Transport => None,
             LaneName::Link { peer, .. } => Some(peer),
         }
     }
@@ -67,7 +70,7 @@ impl LaneName {
     pub(crate) fn gap(&self) -> Kind {
         match self {
             LaneName::Worker(_) => Kind::Unknown,
-            LaneName::Link { .. } | LaneName::Coordinator => Kind::Waiting,
+            LaneName::Link { .. } | LaneName::Coordinator | LaneName::Transport => Kind::Waiting,
         }
     }
 }

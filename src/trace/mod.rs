@@ -18,6 +18,7 @@ pub(crate) mod event;
 pub(crate) mod graph;
 mod lane;
 pub(crate) mod peers;
+mod polls;
 pub(crate) mod report;
 mod ring;
 pub(crate) mod synth;
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex, Once};
 
 pub(crate) use event::Kind;
 pub(crate) use lane::{LaneName, LaneTrace, wire_id};
+pub(crate) use polls::TransportPolls;
 pub use report::{Row, WindowReport};
 
 use lane::Lane;
