@@ -398,16 +398,23 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
             "eddy_checkpoint_interval_seconds",
             "gauge",
             "The checkpoint interval in force.",
-            report.live.0 as f64 / 1e3,
+            report.live.checkpoint_interval_ms as f64 / 1e3,
         );
         node(
             &mut out,
             "eddy_state_cache_bytes",
             "gauge",
             "The state cache size in force ([state] cache_bytes, per worker).",
-            report.live.1 as f64,
+            report.live.cache_bytes as f64,
         );
     }
+    node(
+        &mut out,
+        "eddy_batch_size",
+        "gauge",
+        "The most records a source puts in one batch, in force ([node] batch_size).",
+        report.live.batch_size as f64,
+    );
     out
 }
 

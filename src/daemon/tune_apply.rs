@@ -3,8 +3,8 @@
 //! interval live (`exec/live.rs`); the workers by live migration, as the
 //! controller executes its decisions: the keyed bins move, step by step
 //! under `[migration] strategy`, onto as many of the node's worker
-//! threads as the choice names. The batch size is fixed when the sources
-//! start: it is reported, not applied, until a reload.
+//! threads as the choice names. The sources' batch size is live too; the
+//! batches windows and joins emit keep the size set at the start.
 
 use std::collections::BTreeMap;
 
@@ -62,11 +62,10 @@ pub(crate) fn apply(
                 shared.live.set_flush_interval_ms(v);
                 "live: stdout and file sinks hold lines up to this long".to_string()
             }
-            "batch_size" => format!(
-                "not applied: fixed when the sources start; set [node] batch_size and reload \
-                 (now {})",
-                plan.node.batch_size
-            ),
+            "batch_size" => {
+                shared.live.batch_size.set(v as usize);
+                "live: each source's next batch holds at most this many records".to_string()
+            }
             _ => "not applied: unknown to this version".to_string(),
         };
         outcome.insert(name.clone(), how);

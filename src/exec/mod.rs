@@ -225,8 +225,17 @@ pub(crate) struct Report {
     pub(crate) bins: Vec<BinCounters>,
     /// Whether this node's workers own each bin.
     pub(crate) owned_bins: Vec<bool>,
-    /// The checkpoint interval (ms) and `[state] cache_bytes` in force.
-    pub(crate) live: (u64, u64),
+    /// The live settings in force (see `live`).
+    pub(crate) live: LiveView,
+}
+
+/// The live settings in force: the tuner may have changed them since the
+/// run started.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LiveView {
+    pub(crate) checkpoint_interval_ms: u64,
+    pub(crate) cache_bytes: u64,
+    pub(crate) batch_size: usize,
 }
 
 impl Reporter {
@@ -350,10 +359,11 @@ impl Reporter {
             checkpoints: self.shared.checkpoints.as_ref().map(|c| c.stats()),
             bins: self.bins(),
             owned_bins: self.owned_bins(),
-            live: (
-                self.shared.live.checkpoint_interval_ms(),
-                self.shared.live.cache_bytes(),
-            ),
+            live: LiveView {
+                checkpoint_interval_ms: self.shared.live.checkpoint_interval_ms(),
+                cache_bytes: self.shared.live.cache_bytes(),
+                batch_size: self.shared.live.batch_size.get(),
+            },
             failure: self
                 .shared
                 .failure

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::config::RateStep;
 use crate::data::BatchBuilder;
 use crate::exec::clock::now_ns;
+use crate::exec::live::BatchSize;
 use crate::exec::operator::{SourcePoll, SourceTask};
 use crate::io::generator::{Generator, GeneratorSpec, new_generator, schema};
 
@@ -27,7 +28,7 @@ pub(crate) struct GeneratorTask {
     positions: Positions,
     /// One past the last index of the whole stream, if it ends.
     end: u64,
-    batch_size: usize,
+    batch_size: BatchSize,
     pacer: Option<Pacer>,
 }
 
@@ -57,7 +58,7 @@ impl GeneratorTask {
         count: Option<u64>,
         worker: usize,
         workers: usize,
-        batch_size: usize,
+        batch_size: impl Into<BatchSize>,
         resume: Option<&[(u32, Vec<u8>)]>,
     ) -> Self {
         // Spread each rate so the shares add up to it exactly.
@@ -68,6 +69,7 @@ impl GeneratorTask {
             // Without steps, a zero share is unpaced, as it always was.
             (!steps.is_empty() || share(r) > 0).then(|| Pacer::new(segments))
         });
+        let batch_size = batch_size.into();
         let (w, n) = (worker as u64, workers as u64);
         let (first, last) = (w * SPLITS / n, (w + 1) * SPLITS / n);
         let resumed = |s: u64| -> Option<u64> {
@@ -77,7 +79,7 @@ impl GeneratorTask {
         let next: Vec<u64> = (first..last).map(|s| resumed(s).unwrap_or(s)).collect();
         GeneratorTask {
             generator: new_generator(spec),
-            builder: BatchBuilder::new(schema(spec.kind), batch_size, true),
+            builder: BatchBuilder::new(schema(spec.kind), batch_size.get(), true),
             first_split: first,
             splits: last - first,
             positions: lockstep(first, &next).unwrap_or(Positions::Each(next)),
@@ -204,7 +206,7 @@ impl SourceTask for GeneratorTask {
         if stop || self.ended() {
             return SourcePoll::Ended;
         }
-        let mut n = self.batch_size as u64;
+        let mut n = self.batch_size.get() as u64;
         if let Some(p) = &mut self.pacer {
             let due = p.due(Instant::now());
             if due == 0 {
@@ -334,6 +336,28 @@ mod tests {
             out.extend_from_slice(b.column(2).ints());
         }
         out
+    }
+
+    #[test]
+    fn batches_follow_the_live_batch_size_and_the_stream_stays_whole() {
+        let spec = GeneratorSpec::defaults(GeneratorKind::Wcount);
+        let count = 10_000;
+        let live = BatchSize::from(1000);
+        let mut t = GeneratorTask::new(&spec, None, &[], Some(count), 0, 1, live.clone(), None);
+        let mut sizes = Vec::new();
+        let mut got = Vec::new();
+        while let SourcePoll::Batch(b) = t.poll(false) {
+            sizes.push(b.len());
+            got.extend_from_slice(b.column(2).ints());
+            match sizes.len() {
+                2 => live.set(10),
+                4 => live.set(4000),
+                _ => {}
+            }
+        }
+        assert_eq!(sizes[..6], [1000, 1000, 10, 10, 4000, 3980], "{sizes:?}");
+        let mut all = GeneratorTask::new(&spec, None, &[], Some(count), 0, 1, 10_000, None);
+        assert_eq!(got, keys_of(&mut all));
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::time::Duration;
 use crate::daemon::http::{HttpServer, Limits, Request, Response, Router};
 use crate::data::{Batch, BatchBuilder};
 use crate::exec::clock::now_ns;
+use crate::exec::live::BatchSize;
 use crate::exec::metrics::OpMetrics;
 use crate::exec::operator::{SourcePoll, SourceTask};
 use crate::io::codec::Decoder;
@@ -125,7 +126,7 @@ impl HttpSource {
 pub(crate) struct HttpSourceArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<NetSourcePlan>,
-    pub(crate) batch_size: usize,
+    pub(crate) batch_size: BatchSize,
     pub(crate) dead_letter: Arc<DeadLetter>,
     pub(crate) metrics: Arc<OpMetrics>,
     /// Once it says so, the source answers 503 and ends when its queue is
@@ -277,11 +278,10 @@ impl DecoderThread {
     fn decode(&self, body: &[u8], peer: SocketAddr) -> Response {
         let plan = &self.args.plan.lines;
         let mut decoder = Decoder::new(plan.format, plan.schema.clone(), plan.event_time);
-        let mut builder = BatchBuilder::new(
-            plan.schema.clone(),
-            self.args.batch_size,
-            plan.event_time.is_some(),
-        );
+        // One request's batches are all of the size in force as it came.
+        let batch_size = self.args.batch_size.get();
+        let mut builder =
+            BatchBuilder::new(plan.schema.clone(), batch_size, plan.event_time.is_some());
         let mut batches = Vec::new();
         let mut rejected = Vec::new();
         let (mut line_no, mut offset) = (0u64, 0u64);
@@ -309,7 +309,7 @@ impl DecoderThread {
                     reason,
                 });
             }
-            if builder.len() >= self.args.batch_size {
+            if builder.len() >= batch_size {
                 batches.push(builder.take());
             }
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::data::{Batch, BatchBuilder};
 use crate::exec::clock::now_ns;
+use crate::exec::live::BatchSize;
 use crate::exec::metrics::OpMetrics;
 use crate::exec::operator::{SourcePoll, SourceTask};
 use crate::io::codec::Decoder;
@@ -101,7 +102,7 @@ pub(crate) struct LineReaderArgs {
     pub(crate) input: Box<dyn Read + Send>,
     /// Where to start in a file (a restored checkpoint's position).
     pub(crate) resume: Option<FilePosition>,
-    pub(crate) batch_size: usize,
+    pub(crate) batch_size: BatchSize,
     pub(crate) tx: flume::Sender<(Batch, FilePosition)>,
     pub(crate) worker: Thread,
     pub(crate) dead_letter: Arc<DeadLetter>,
@@ -163,8 +164,6 @@ struct LineReader {
     offset: u64,
     /// Discarding the rest of a line over `max_line_bytes`.
     skipping: bool,
-    /// Lines per batch: `batch_size`, or 10 ms of lines when paced.
-    batch_lines: usize,
     /// With `rate`: when the first batch went, and lines sent since.
     paced: Option<(std::time::Instant, u64)>,
 }
@@ -173,6 +172,16 @@ const READ_CHUNK: usize = 64 * 1024;
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 impl LineReader {
+    /// Lines per batch: the batch size in force, or 10 ms of lines when
+    /// paced (`rate`) if fewer.
+    fn batch_lines(&self) -> usize {
+        let most = self.args.batch_size.get();
+        match self.args.plan.rate {
+            Some(r) => most.min((r / 100).max(1) as usize),
+            None => most,
+        }
+    }
+
     fn new(args: LineReaderArgs) -> LineReader {
         let tx = args.tx.clone();
         let decoder = Decoder::new(
@@ -182,16 +191,11 @@ impl LineReader {
         );
         let builder = BatchBuilder::new(
             args.plan.schema.clone(),
-            args.batch_size,
+            args.batch_size.get(),
             args.plan.event_time.is_some(),
         );
         let at = args.resume.unwrap_or_default();
-        let batch_lines = match args.plan.rate {
-            Some(r) => args.batch_size.min((r / 100).max(1) as usize),
-            None => args.batch_size,
-        };
         LineReader {
-            batch_lines,
             paced: None,
             args,
             tx,
@@ -297,7 +301,7 @@ impl LineReader {
             }
             self.offset += 1; // the newline
             chunk = &chunk[nl + 1..];
-            if self.builder.len() >= self.batch_lines && !self.flush() {
+            if self.builder.len() >= self.batch_lines() && !self.flush() {
                 return false;
             }
         }

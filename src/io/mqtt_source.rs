@@ -26,6 +26,7 @@ use rumqttc::{AsyncClient, Event, EventLoop, Packet, Publish, QoS, SubscribeReas
 use super::mqtt_conn::{Backoff, MqttConn, qos_of};
 use crate::data::{Batch, BatchBuilder, Column, DataType, SchemaRef};
 use crate::exec::clock::now_ns;
+use crate::exec::live::BatchSize;
 use crate::exec::metrics::OpMetrics;
 use crate::exec::operator::{SourcePoll, SourceTask};
 use crate::io::codec::{Decoder, Format};
@@ -148,7 +149,7 @@ impl SourceTask for MqttSource {
 pub(crate) struct MqttSourceArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<MqttSourcePlan>,
-    pub(crate) batch_size: usize,
+    pub(crate) batch_size: BatchSize,
     pub(crate) worker: Thread,
     pub(crate) dead_letter: Arc<DeadLetter>,
     pub(crate) metrics: Arc<OpMetrics>,
@@ -232,13 +233,13 @@ impl Connector {
         let decoder = Decoder::new(plan.format, plan.payload_schema.clone(), plan.event_time);
         let builder = BatchBuilder::new(
             plan.payload_schema.clone(),
-            args.batch_size,
+            args.batch_size.get(),
             plan.event_time.is_some(),
         );
         let topics = plan
             .topic_field
             .as_ref()
-            .map(|_| Column::new(DataType::Str, args.batch_size));
+            .map(|_| Column::new(DataType::Str, args.batch_size.get()));
         Connector {
             args,
             client,
@@ -267,7 +268,7 @@ impl Connector {
                     self.message(&p);
                     // Messages read from the socket at once make one batch.
                     let drained = eventloop.state.events.is_empty();
-                    if (drained || self.builder.len() >= self.args.batch_size)
+                    if (drained || self.builder.len() >= self.args.batch_size.get())
                         && !self.flush().await
                     {
                         return;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::line_source::{FilePosition, LineReaderArgs, spawn_line_reader};
 use crate::data::Batch;
+use crate::exec::live::BatchSize;
 use crate::exec::metrics::OpMetrics;
 use crate::io::dead_letter::DeadLetter;
 use crate::io::ingest::IngestControl;
@@ -33,7 +34,7 @@ pub(crate) struct TcpSourceArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<NetSourcePlan>,
     pub(crate) listener: TcpListener,
-    pub(crate) batch_size: usize,
+    pub(crate) batch_size: BatchSize,
     pub(crate) tx: flume::Sender<(Batch, FilePosition)>,
     pub(crate) worker: Thread,
     pub(crate) dead_letter: Arc<DeadLetter>,
@@ -122,7 +123,7 @@ fn serve(args: &TcpSourceArgs, stream: TcpStream, peer: SocketAddr) -> std::io::
         plan: Arc::new(lines),
         input: Box::new(stream.try_clone()?),
         resume: None,
-        batch_size: args.batch_size,
+        batch_size: args.batch_size.clone(),
         tx: args.tx.clone(),
         worker: args.worker.clone(),
         dead_letter: args.dead_letter.clone(),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use super::line_source::FilePosition;
 use crate::data::{Batch, BatchBuilder};
 use crate::exec::clock::now_ns;
+use crate::exec::live::BatchSize;
 use crate::exec::metrics::OpMetrics;
 use crate::io::codec::Decoder;
 use crate::io::dead_letter::DeadLetter;
@@ -33,7 +34,7 @@ pub(crate) struct UdpSourceArgs {
     pub(crate) component: String,
     pub(crate) plan: Arc<NetSourcePlan>,
     pub(crate) socket: UdpSocket,
-    pub(crate) batch_size: usize,
+    pub(crate) batch_size: BatchSize,
     pub(crate) tx: flume::Sender<(Batch, FilePosition)>,
     pub(crate) worker: Thread,
     pub(crate) dead_letter: Arc<DeadLetter>,
@@ -74,7 +75,7 @@ impl UdpReader {
             decoder: Decoder::new(plan.format, plan.schema.clone(), plan.event_time),
             builder: BatchBuilder::new(
                 plan.schema.clone(),
-                args.batch_size,
+                args.batch_size.get(),
                 plan.event_time.is_some(),
             ),
             args,
@@ -104,7 +105,7 @@ impl UdpReader {
             let due = self
                 .first_pending
                 .is_some_and(|t| t.elapsed() >= FLUSH_AFTER);
-            if (due || self.builder.len() >= self.args.batch_size) && !self.flush() {
+            if (due || self.builder.len() >= self.args.batch_size.get()) && !self.flush() {
                 return;
             }
         }
@@ -146,7 +147,7 @@ impl UdpReader {
                     );
                 }
             }
-            if self.builder.len() >= self.args.batch_size && !self.flush() {
+            if self.builder.len() >= self.args.batch_size.get() && !self.flush() {
                 return;
             }
         }
