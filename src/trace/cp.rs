@@ -501,6 +501,14 @@ mod tests {
         );
     }
 
+    /// Two worker lanes (gaps unknown) with these events.
+    fn two_workers<'a>(a: &'a [Event], b: &'a [Event]) -> [LaneInput<'a>; 2] {
+        [a, b].map(|events| LaneInput {
+            gap: Kind::Unknown,
+            events,
+        })
+    }
+
     #[test]
     fn counts_beyond_an_f64_add_exactly_where_an_f64_can_tell() {
         let ln2 = std::f64::consts::LN_2;
@@ -542,16 +550,7 @@ mod tests {
             events
         };
         let (a, b) = (lane(0), lane(1));
-        let lanes = [
-            LaneInput {
-                gap: Kind::Unknown,
-                events: &a,
-            },
-            LaneInput {
-                gap: Kind::Unknown,
-                events: &b,
-            },
-        ];
+        let lanes = two_workers(&a, &b);
         let pag = build(&lanes, 0, 4 * ROUNDS + 4);
         let (cp, ln_paths, paths) = critical_participation(&pag);
         assert_eq!(paths, Paths::Spanning);
@@ -629,16 +628,7 @@ mod tests {
                 id: 0,
             },
         ];
-        let lanes = [
-            LaneInput {
-                gap: Kind::Unknown,
-                events: &a,
-            },
-            LaneInput {
-                gap: Kind::Unknown,
-                events: &b,
-            },
-        ];
+        let lanes = two_workers(&a, &b);
         let pag = build(&lanes, 0, 100);
         let (cp, ln_paths, paths) = critical_participation(&pag);
         assert_eq!(
