@@ -13,9 +13,12 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             runs,
             json,
         } => super::instrumentation::bench(events, workers, runs, json),
-        Workload::Migration { keys, plot, json } => {
-            super::bench_migration::migration(json, keys, &plot)
-        }
+        Workload::Migration {
+            keys,
+            bins,
+            plot,
+            json,
+        } => super::bench_migration::migration(json, keys, bins, &plot),
         Workload::Bins { events, json } => super::bench_migration::bins(events, json),
         Workload::Trace {
             events,

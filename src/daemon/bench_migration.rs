@@ -42,8 +42,8 @@ fn percentile(mut v: Vec<u64>, q: f64) -> u64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-pub(crate) fn migration(json: bool, keys: u64, plot: &Path) -> ExitCode {
-    match run_migration(keys, plot) {
+pub(crate) fn migration(json: bool, keys: u64, bins: u32, plot: &Path) -> ExitCode {
+    match run_migration(keys, bins, plot) {
         Ok((rows, rate, capacity)) => {
             if json {
                 let list: Vec<_> = rows
@@ -64,7 +64,7 @@ pub(crate) fn migration(json: bool, keys: u64, plot: &Path) -> ExitCode {
                 println!("{}", serde_json::json!({ "strategies": list }));
             } else {
                 println!(
-                    "migration: {keys} keys, 2 workers, half the bins from worker 0 to worker 1; input {:.2} M ev/s (capacity {:.2} M ev/s)",
+                    "migration: {keys} keys in {bins} bins, 2 workers, half the bins from worker 0 to worker 1; input {:.2} M ev/s (capacity {:.2} M ev/s)",
                     rate as f64 / 1e6,
                     capacity / 1e6
                 );
@@ -107,12 +107,11 @@ pub(crate) fn migration(json: bool, keys: u64, plot: &Path) -> ExitCode {
     }
 }
 
-fn spec(keys: u64, events: u64, rate: u64, probe: bool) -> CountSpec {
+fn spec(keys: u64, bins: u32, events: u64, rate: u64, probe: bool) -> CountSpec {
     CountSpec {
         events,
         workers: 2,
-        // Fluid moves one bin per step: 128 steps here.
-        bins: 256,
+        bins,
         keys,
         rate,
         // No window fires during the run: the state only grows to the
@@ -124,10 +123,10 @@ fn spec(keys: u64, events: u64, rate: u64, probe: bool) -> CountSpec {
     }
 }
 
-fn run_migration(keys: u64, plot: &Path) -> Result<(Vec<Row>, u64, f64), String> {
+fn run_migration(keys: u64, bins: u32, plot: &Path) -> Result<(Vec<Row>, u64, f64), String> {
     // Capacity: the same workload unpaced.
     let events = 6_000_000;
-    let free = keyed_count(&spec(keys, events, 0, false), &[])?;
+    let free = keyed_count(&spec(keys, bins, events, 0, false), &[])?;
     let capacity = events as f64 / free.seconds;
     let rate = (capacity / 2.0) as u64;
     let settle = Duration::from_millis(1500);
@@ -150,7 +149,7 @@ fn run_migration(keys: u64, plot: &Path) -> Result<(Vec<Row>, u64, f64), String>
     }
     // Far more than needed: the input stops once the moves are done.
     let events = rate * 600;
-    let run = keyed_count(&spec(keys, events, rate, true), &moves)?;
+    let run = keyed_count(&spec(keys, bins, events, rate, true), &moves)?;
     if run.moves.len() != moves.len() {
         return Err("not every migration ran before the input ended".into());
     }

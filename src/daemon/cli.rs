@@ -259,6 +259,9 @@ pub(crate) enum Workload {
         /// Distinct keys of the keyed state.
         #[arg(long, default_value_t = 1_000_000)]
         keys: u64,
+        /// Bins of the keyed operator (a power of two); half of them move.
+        #[arg(long, default_value_t = 256)]
+        bins: u32,
         /// Where to write the latency plot.
         #[arg(long, default_value = "migration-latency.svg")]
         plot: std::path::PathBuf,

@@ -1,5 +1,5 @@
 //! Per-bin state size for the controller (`eddy_bin_state_bytes`, the
-//! gossiped bin summary): an operator recounts its keys per bin at most
+//! gossiped bin summary): an operator sums its per-bin key counts at most
 //! once a second, off the per-record path, and publishes the bytes in its
 //! metrics.
 
@@ -7,10 +7,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use crate::exec::metrics::{OpMetrics, instrumented};
-use crate::kernel::hash::bin_of;
 
 /// How often the keys are recounted: the controller reads once a second.
+#[cfg(not(test))]
 const RECOUNT_INTERVAL: Duration = Duration::from_secs(1);
+/// Tests read the count right after what changes it.
+#[cfg(test)]
+const RECOUNT_INTERVAL: Duration = Duration::ZERO;
 
 pub(super) struct BinBytes {
     /// Bytes one key takes in memory (the operator's estimate).
@@ -37,22 +40,24 @@ impl BinBytes {
                 .is_none_or(|t| t.elapsed() >= RECOUNT_INTERVAL)
     }
 
-    /// Counts the key `hashes` in memory per bin and publishes their bytes;
-    /// bins for which `kept(bin)` is false (their state is in the store,
-    /// not in memory) keep the bytes published before.
-    pub(super) fn publish(
+    /// Sums the keys in memory per bin (one slice of per-bin counts per
+    /// part of the state, each as long as the metrics' slots) and publishes
+    /// their bytes; bins for which `kept(bin)` is false (their state is in
+    /// the store, not in memory) keep the bytes published before.
+    pub(super) fn publish<'a>(
         &mut self,
         metrics: &OpMetrics,
-        hashes: impl Iterator<Item = u64>,
+        parts: impl Iterator<Item = &'a [u32]>,
         kept: impl Fn(u32) -> bool,
     ) {
         self.counted_at = Some(Instant::now());
         let slots = &metrics.bin_state_bytes;
-        let bins = slots.len() as u32;
         self.counts.clear();
         self.counts.resize(slots.len(), 0);
-        for h in hashes {
-            self.counts[bin_of(h, bins) as usize] += 1;
+        for part in parts {
+            for (sum, &keys) in self.counts.iter_mut().zip(part) {
+                *sum += u64::from(keys);
+            }
         }
         for (bin, (slot, &keys)) in slots.iter().zip(&self.counts).enumerate() {
             if kept(bin as u32) {

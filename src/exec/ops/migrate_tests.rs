@@ -487,3 +487,69 @@ fn window_export_returns_exactly_the_bins_keys_with_state_spilled() {
     assert_eq!(a.rows, Vec::<String>::new(), "the exporter kept no state");
     same_rows_at_end((&mut installed, &mut moved), (&mut reference, &mut r));
 }
+
+/// The per-bin state size the controller reads (`eddy_bin_state_bytes`)
+/// follows keys as they arrive, as bins leave and as they are installed
+/// elsewhere: the bytes of a bin are its keys (summed over open windows)
+/// times the operator's bytes per key.
+#[test]
+fn bin_state_bytes_follow_keys_and_moves() {
+    let s = Spilled::new();
+    let published = |op: &mut super::Window<crate::data::WordKey<1>>, h: &mut Harness| {
+        // Tests count on every watermark (`RECOUNT_INTERVAL`); this one
+        // fires nothing.
+        h.with(|ctx| op.on_watermark(-1, ctx));
+        h.metrics
+            .bin_state_bytes
+            .iter()
+            .map(|b| b.load(std::sync::atomic::Ordering::Relaxed))
+            .collect::<Vec<u64>>()
+    };
+    let keys_per_bin = |keys: std::ops::Range<i64>| {
+        let mut n = vec![0u64; BINS as usize];
+        for k in keys {
+            let mut b = BatchBuilder::new(s.schema.clone(), 1, true);
+            b.column_mut(0).push_int(k);
+            b.column_mut(1).push_int(0);
+            b.column_mut(2).push_int(0);
+            b.finish_row(0, 0);
+            let hash = s.plan.key.hash_rows(&b.take())[0];
+            n[crate::kernel::hash::bin_of(hash, BINS) as usize] += 1;
+        }
+        n
+    };
+
+    let mut op = s.window("op", None);
+    let mut h = Harness::new();
+    h.metrics = OpMetrics::keyed(BINS);
+    s.feed(&mut op, &mut h);
+    let bytes = published(&mut op, &mut h);
+    // 2000 keys in each of two open windows.
+    let want = keys_per_bin(0..2000);
+    let per_key = bytes[0] / (2 * want[0]);
+    assert!(per_key > 0);
+    let twice: Vec<u64> = want.iter().map(|n| 2 * n * per_key).collect();
+    assert_eq!(bytes, twice);
+
+    let mut other = s.window("other", None);
+    let mut o = Harness::new();
+    o.metrics = OpMetrics::keyed(BINS);
+    // One bin at a time (through its list), then a quarter at once (one
+    // pass over the table).
+    let mut moves: Vec<Vec<u32>> = (0..BINS / 4).map(|b| vec![b]).collect();
+    moves.push((BINS / 4..BINS / 2).collect());
+    for moved in moves {
+        for (bin, entries) in moved.iter().zip(op.export_bins(&moved).expect("exports")) {
+            o.with(|ctx| other.install_bin(*bin, entries, ctx).expect("installs"));
+        }
+    }
+    let (left, arrived) = (published(&mut op, &mut h), published(&mut other, &mut o));
+    for bin in 0..BINS as usize {
+        let (here, there) = if bin < (BINS / 2) as usize {
+            (0, twice[bin])
+        } else {
+            (twice[bin], 0)
+        };
+        assert_eq!((left[bin], arrived[bin]), (here, there), "bin {bin}");
+    }
+}

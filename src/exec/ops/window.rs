@@ -616,12 +616,9 @@ impl<K: GroupKey> Operator for Window<K> {
             entry.remove();
         }
         if self.bin_bytes.due(ctx.metrics) {
-            let hashes = self
-                .windows
-                .values()
-                .flat_map(|p| p.pane.table.iter().map(|e| e.hash));
+            let parts = self.windows.values().map(|p| p.pane.keys_per_bin());
             let cache = &self.cache;
-            self.bin_bytes.publish(ctx.metrics, hashes, |bin| {
+            self.bin_bytes.publish(ctx.metrics, parts, |bin| {
                 cache.as_ref().is_none_or(|c| c.is_resident(bin))
             });
         }
