@@ -1,6 +1,7 @@
 //! Late records: within `allowed_lateness` they update their window (which
 //! fires again with the new result); beyond it they are counted and sent to
-//! `late_output`. With one record per batch the watermark is exact, so the
+//! `late_output`. With one record per batch and the watermark sent with
+//! every batch (`watermark_interval = "0s"`) the watermark is exact, so the
 //! test can replay it.
 
 mod common;
@@ -37,6 +38,7 @@ fn late_records_update_within_lateness_and_go_to_late_output_beyond() {
 [node]
 workers = 2
 batch_size = 1
+watermark_interval = "0s"
 data_dir = "{data}"
 [sources.in]
 type = "file"

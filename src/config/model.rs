@@ -39,6 +39,9 @@ pub(crate) struct NodeConfig {
     /// How long a `stdout` or `file` sink may hold written lines before
     /// handing them to the OS; 0: as soon as no more lines wait.
     pub(crate) flush_interval_ms: u64,
+    /// How often a source's advancing watermark goes downstream at most
+    /// (Flink's auto-watermark interval); 0: with every batch.
+    pub(crate) watermark_interval_ms: u64,
     /// `[checkpoint] interval`; `None` when `enabled = false`.
     pub(crate) checkpoint_interval_ms: Option<i64>,
     /// `[state] cache_bytes`: memory for operator state before it spills

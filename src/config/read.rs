@@ -195,6 +195,7 @@ fn default_node() -> NodeConfig {
         batch_size: 1024,
         channel_capacity: 16,
         flush_interval_ms: 0,
+        watermark_interval_ms: 10,
         checkpoint_interval_ms: Some(10_000),
         cache_bytes: 256 << 20,
         name_given: false,
@@ -245,6 +246,9 @@ fn read_node(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> NodeConfig {
     }
     if let Some(ms) = t.duration_ms(d, "flush_interval", true) {
         node.flush_interval_ms = ms.value as u64;
+    }
+    if let Some(ms) = t.duration_ms(d, "watermark_interval", true) {
+        node.watermark_interval_ms = ms.value as u64;
     }
     t.finish(d, "[node]");
     node

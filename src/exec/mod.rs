@@ -18,6 +18,8 @@ pub(crate) mod operator;
 mod ops;
 pub(crate) mod remote;
 mod start;
+#[cfg(test)]
+mod watermark_interval_tests;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -47,6 +49,8 @@ pub(crate) struct Shared {
     /// The global worker that owns each bin.
     pub(crate) assignment: Vec<u16>,
     pub(crate) channel_capacity: usize,
+    /// `[node] watermark_interval`.
+    pub(crate) watermark_interval: Duration,
     pub(crate) dead_letter: Arc<DeadLetter>,
     /// Set to end the sources (a signal, or a failure).
     pub(crate) stop: Arc<AtomicBool>,

@@ -128,6 +128,7 @@ pub(crate) fn start_with(
         bins: plan.node.bins,
         assignment,
         channel_capacity: plan.node.channel_capacity,
+        watermark_interval: Duration::from_millis(plan.node.watermark_interval_ms),
         dead_letter: Arc::new(DeadLetter::new(plan.node.dead_letter.clone())),
         stop,
         failed: AtomicBool::new(false),
@@ -541,6 +542,8 @@ pub(crate) fn start_with(
                     node: i,
                     task,
                     watermark: delay.map(BoundedOutOfOrderness::new),
+                    held_watermark: None,
+                    watermark_sent: None,
                     recorder: shared.recorders.get(&node.id).cloned(),
                 });
             }

@@ -112,6 +112,13 @@ pub(crate) struct SourceState {
     pub(crate) task: Box<dyn SourceTask>,
     /// `None` for untimed sources.
     pub(crate) watermark: Option<BoundedOutOfOrderness>,
+    /// An advanced watermark not sent downstream yet: it goes at most once
+    /// per `watermark_interval`, not with every batch, because every
+    /// advance is an operator call downstream and a message to every
+    /// other worker (with small batches, most of a worker's messages).
+    pub(crate) held_watermark: Option<i64>,
+    /// When this source's watermark last went downstream.
+    pub(crate) watermark_sent: Option<Instant>,
     /// Samples the source's records for the tuner's profiling runs.
     pub(crate) recorder: Option<Arc<super::recorder::Recorder>>,
 }
@@ -223,6 +230,9 @@ impl Worker {
                         self.end_node(node);
                     }
                 }
+                if let Some(due) = self.send_held_watermark(s) {
+                    wake_at = min_time(wake_at, Some(due));
+                }
             }
             if self.nodes.iter().all(|n| n.ended) && self.may_finish() {
                 return;
@@ -261,10 +271,34 @@ impl Worker {
         });
         self.nodes[node].emitted.push((0, batch));
         self.route_emitted(node);
-        if let Some(wm) = advanced {
-            self.nodes[node].watermark = wm;
-            self.propagate_watermark(node, wm);
+        if advanced.is_some() {
+            self.sources[s].held_watermark = advanced;
+            self.send_held_watermark(s);
         }
+    }
+
+    /// Sends source `s`'s held watermark downstream if its interval has
+    /// passed; else returns when it will have.
+    fn send_held_watermark(&mut self, s: usize) -> Option<Instant> {
+        let source = &mut self.sources[s];
+        let wm = source.held_watermark?;
+        let now = Instant::now();
+        if let Some(due) = source
+            .watermark_sent
+            .map(|t| t + self.shared.watermark_interval)
+            .filter(|&due| due > now)
+        {
+            return Some(due);
+        }
+        source.held_watermark = None;
+        source.watermark_sent = Some(now);
+        let node = source.node;
+        if self.nodes[node].ended || wm <= self.nodes[node].watermark {
+            return None;
+        }
+        self.nodes[node].watermark = wm;
+        self.propagate_watermark(node, wm);
+        None
     }
 
     /// Runs `node`'s operator on a batch arriving at `port`.
