@@ -56,7 +56,9 @@ impl LiveSettings {
 }
 
 /// The most records a source puts in one batch (`[node] batch_size`),
-/// following the live value: a source reads it as it starts each batch.
+/// following the live value: the generator and HTTP sources read it as they
+/// start a batch; the line, UDP and MQTT readers with every line or message,
+/// so a smaller value can close the batch they are filling early.
 #[derive(Clone, Debug)]
 pub(crate) struct BatchSize(Arc<AtomicUsize>);
 
