@@ -57,8 +57,9 @@ impl LiveSettings {
 
 /// The most records a source puts in one batch (`[node] batch_size`),
 /// following the live value: the generator and HTTP sources read it as they
-/// start a batch; the line, UDP and MQTT readers with every line or message,
-/// so a smaller value can close the batch they are filling early.
+/// start a batch, the file, stdin and TCP readers once per 64 KiB read, the
+/// UDP and MQTT readers with every message; so a smaller value can close
+/// the batch a reader is filling early.
 #[derive(Clone, Debug)]
 pub(crate) struct BatchSize(Arc<AtomicUsize>);
 

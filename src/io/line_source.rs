@@ -287,6 +287,8 @@ impl LineReader {
     /// Decodes every complete line in `chunk`; returns false if the
     /// pipeline is gone.
     fn split_lines(&mut self, mut chunk: &[u8]) -> bool {
+        // Once per read, not per line: a change applies from the next read.
+        let batch_lines = self.batch_lines();
         while let Some(nl) = memchr::memchr(b'\n', chunk) {
             let line_bytes = &chunk[..nl];
             if self.skipping {
@@ -301,7 +303,7 @@ impl LineReader {
             }
             self.offset += 1; // the newline
             chunk = &chunk[nl + 1..];
-            if self.builder.len() >= self.batch_lines() && !self.flush() {
+            if self.builder.len() >= batch_lines && !self.flush() {
                 return false;
             }
         }
