@@ -7,6 +7,8 @@
 pub mod kernel;
 
 #[cfg(feature = "std")]
+pub(crate) mod cold_sort;
+#[cfg(feature = "std")]
 pub(crate) mod config;
 #[cfg(feature = "std")]
 pub(crate) mod control;

@@ -111,7 +111,7 @@ impl Diagnostics {
     /// Errors first in file order, then warnings.
     pub(crate) fn render(&self) -> String {
         let mut errors: Vec<&Diagnostic> = self.errors.iter().collect();
-        errors.sort_by_key(|d| d.span.start);
+        crate::cold_sort::sort_by_key(&mut errors, |d| d.span.start);
         let mut out = String::new();
         for d in errors {
             let _ = self.render_one(&mut out, "error", d);

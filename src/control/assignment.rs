@@ -83,7 +83,7 @@ impl fmt::Display for Assignment {
 /// worker.
 pub(crate) fn even(bins: u32, members: &[Slot]) -> Result<Assignment, String> {
     let mut members = members.to_vec();
-    members.sort_by(|a, b| a.name.cmp(&b.name));
+    crate::cold_sort::sort_by(&mut members, |a, b| a.name.cmp(&b.name));
     if let Some(w) = members.windows(2).find(|w| w[0].name == w[1].name) {
         return Err(format!("two members are named `{}`", w[0].name));
     }

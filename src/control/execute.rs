@@ -40,7 +40,7 @@ pub(crate) fn target_workers(
         // Keep the workers already holding most of these bins.
         let held = |w: u32| bins.iter().filter(|&&b| current[b] == w).count();
         let mut chosen = slots.clone();
-        chosen.sort_by_key(|&w| (std::cmp::Reverse(held(w)), w));
+        crate::cold_sort::sort_by_key(&mut chosen, |&w| (std::cmp::Reverse(held(w)), w));
         chosen.truncate(want);
         // Even quotas, the larger ones to the workers holding more.
         let mut room: BTreeMap<u32, usize> = chosen

@@ -60,7 +60,9 @@ fn order(nodes: &[NodeCapacity]) -> Vec<NodeCapacity> {
         let used = f64::from(n.current_workers.min(n.cores)) / f64::from(n.cores.max(1));
         n.demand * (1.0 - (1.0 - STICKY) * used)
     };
-    v.sort_by(|a, b| key(a).total_cmp(&key(b)).then(a.node.cmp(&b.node)));
+    crate::cold_sort::sort_by(&mut v, |a, b| {
+        key(a).total_cmp(&key(b)).then(a.node.cmp(&b.node))
+    });
     v
 }
 
@@ -149,7 +151,9 @@ fn place(
     }
     // Place the displaced, largest first.
     let mut homeless: Vec<usize> = (0..shares.len()).filter(|&b| owner[b].is_none()).collect();
-    homeless.sort_by(|&a, &b| shares[b].total_cmp(&shares[a]).then(a.cmp(&b)));
+    crate::cold_sort::sort_by(&mut homeless, |&a, &b| {
+        shares[b].total_cmp(&shares[a]).then(a.cmp(&b))
+    });
     for b in homeless {
         let fits = limit
             .iter()

@@ -124,7 +124,7 @@ impl BinRates {
             .collect();
         // Hottest first; equal rates by bin, so the same counts give the
         // same summary.
-        bins.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        crate::cold_sort::sort_by(&mut bins, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut out = BinRates::default();
         let (mut rest_rate, mut rest_bytes) = (0.0, 0u64);
         for (i, &(bin, rate, bytes)) in bins.iter().enumerate() {
@@ -426,7 +426,7 @@ impl ClusterState {
             .iter()
             .filter(|(_, e)| e.state == "alive")
             .collect();
-        v.sort_by_key(|(n, _)| node_id(n));
+        crate::cold_sort::sort_by_key(&mut v, |(n, _)| node_id(n));
         v
     }
 
@@ -572,7 +572,7 @@ impl ClusterState {
                 error: e.error.clone(),
             })
             .collect();
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        crate::cold_sort::sort_by(&mut rows, |a, b| a.id.cmp(&b.id));
         rows
     }
 }

@@ -122,7 +122,7 @@ pub(crate) fn cluster(
         // A run of at least `expect_members` others is under way: join it
         // (a member of the run still starting sees fewer running).
         if running.len() >= expected as usize && !running.is_empty() {
-            running.sort();
+            crate::cold_sort::sort(&mut running);
             let (name, addr) = &running[0];
             tracing::info!(
                 "a run of this pipeline is under way on {} members; asking {name} to join it",

@@ -9,7 +9,7 @@ use super::api;
 use crate::exec::metrics::set_instrumented;
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
+    crate::cold_sort::sort_by(&mut v, f64::total_cmp);
     match v.len() {
         0 => 0.0,
         n if n % 2 == 1 => v[n / 2],

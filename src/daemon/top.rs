@@ -106,7 +106,7 @@ fn hot_bins(doc: &ClusterDoc) -> String {
         return String::new();
     }
     let mut hot: Vec<_> = doc.bins.iter().filter(|b| b.records_per_s > 0.0).collect();
-    hot.sort_by(|a, b| {
+    crate::cold_sort::sort_by(&mut hot, |a, b| {
         b.records_per_s
             .total_cmp(&a.records_per_s)
             .then(a.bin.cmp(&b.bin))

@@ -31,7 +31,7 @@ impl Cap {
             get(&after).saturating_sub(get(&before))
         };
         let mut cores = allowed;
-        cores.sort_by_key(|&c| (std::cmp::Reverse(idle(c)), c));
+        crate::cold_sort::sort_by_key(&mut cores, |&c| (std::cmp::Reverse(idle(c)), c));
         cores.truncate(workers.max(1));
         cores.sort_unstable();
         Cap {

@@ -340,7 +340,7 @@ impl Checkpoints {
                             .unwrap_or_default()
                     })
                     .collect();
-                all.sort();
+                crate::cold_sort::sort(&mut all);
                 (n, all)
             })
             .collect();

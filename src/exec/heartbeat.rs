@@ -104,6 +104,6 @@ pub(crate) fn stuck(ticks: u64) -> Vec<String> {
             Some((age, what))
         })
         .collect();
-    late.sort_by_key(|l| std::cmp::Reverse(l.0));
+    crate::cold_sort::sort_by_key(&mut late, |l| std::cmp::Reverse(l.0));
     late.into_iter().map(|(_, w)| w).collect()
 }

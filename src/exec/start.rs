@@ -454,7 +454,7 @@ pub(crate) fn start_with(
             })
             .collect();
         let mut drain_order: Vec<usize> = (0..edges.len()).collect();
-        drain_order.sort_by_key(|&e| std::cmp::Reverse(edges[e].node));
+        crate::cold_sort::sort_by_key(&mut drain_order, |&e| std::cmp::Reverse(edges[e].node));
         let mut nodes = Vec::with_capacity(n);
         let mut sources = Vec::new();
         for (i, node) in plan.nodes.iter().enumerate() {

@@ -428,7 +428,7 @@ impl Membership {
                 payload: payload(&addr),
             });
         }
-        rows.sort_by_key(|r| r.id.addr);
+        crate::cold_sort::sort_by_key(&mut rows, |r| r.id.addr);
         rows
     }
 

@@ -140,12 +140,14 @@ fn batches(mut left: Vec<Move>, cap: usize) -> Vec<Vec<Move>> {
             }
         }
         for a in &mut adj {
-            a.sort_by_key(|&d| (std::cmp::Reverse(in_deg[d as usize]), d));
+            crate::cold_sort::sort_by_key(a, |&d| (std::cmp::Reverse(in_deg[d as usize]), d));
         }
         let mut sources: Vec<u32> = (0..workers as u32)
             .filter(|&s| out_deg[s as usize] > 0)
             .collect();
-        sources.sort_by_key(|&s| (std::cmp::Reverse(out_deg[s as usize]), s));
+        crate::cold_sort::sort_by_key(&mut sources, |&s| {
+            (std::cmp::Reverse(out_deg[s as usize]), s)
+        });
         // matched_to[d] = the source matched to destination d.
         let mut matched_to: Vec<Option<u32>> = vec![None; workers];
         let mut size = 0;
@@ -168,7 +170,7 @@ fn batches(mut left: Vec<Move>, cap: usize) -> Vec<Vec<Move>> {
                 .expect("a matched pair has a move");
             step.push(left.remove(i));
         }
-        step.sort_by_key(|m| m.bin);
+        crate::cold_sort::sort_by_key(&mut step, |m| m.bin);
         out.push(step);
     }
     out

@@ -99,7 +99,7 @@ impl Acc {
                 cp,
             })
             .collect();
-        rows.sort_by(|a, b| {
+        crate::cold_sort::sort_by(&mut rows, |a, b| {
             b.cp.total_cmp(&a.cp)
                 .then(b.share.unwrap_or(0.0).total_cmp(&a.share.unwrap_or(0.0)))
                 .then(a.name.cmp(&b.name))

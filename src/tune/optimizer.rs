@@ -330,7 +330,7 @@ impl Optimizer {
     /// observed ones (where improvement is most likely), at `rate`.
     fn candidates(&mut self, settings: usize, rate: f64, scalar: &[f64]) -> Vec<Vec<f64>> {
         let mut order: Vec<usize> = (0..scalar.len()).collect();
-        order.sort_by(|&a, &b| scalar[a].total_cmp(&scalar[b]));
+        crate::cold_sort::sort_by(&mut order, |&a, &b| scalar[a].total_cmp(&scalar[b]));
         let elite: Vec<Vec<f64>> = order
             .iter()
             .take(5)

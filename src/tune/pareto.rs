@@ -11,7 +11,7 @@ pub(crate) fn dominates(a: [f64; 2], b: [f64; 2]) -> bool {
 /// first objective. Equal points keep the first.
 pub(crate) fn front(points: &[[f64; 2]]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..points.len()).collect();
-    order.sort_by(|&a, &b| {
+    crate::cold_sort::sort_by(&mut order, |&a, &b| {
         points[a][0]
             .total_cmp(&points[b][0])
             .then(points[a][1].total_cmp(&points[b][1]))

@@ -354,7 +354,7 @@ const SORTED_MAX: usize = 32;
 
 impl<T: Ord + Hash + Eq> ConstSet<T> {
     fn new(mut values: Vec<T>) -> ConstSet<T> {
-        values.sort();
+        crate::cold_sort::sort(&mut values);
         values.dedup();
         if values.len() <= TINY_MAX {
             ConstSet::Tiny(values)
