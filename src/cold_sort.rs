@@ -47,8 +47,9 @@ fn permute<T>(v: &mut [T], mut order: Vec<usize>) {
         if order[start] == DONE {
             continue;
         }
-        // Along a cycle, the element that belongs at `start` travels
-        // forward with each swap until the cycle closes.
+        // Each swap puts one position of the cycle right; the element
+        // that was at `start` rides along to the last position, which
+        // takes it when the cycle closes.
         let mut at = start;
         loop {
             let from = order[at];
