@@ -2,10 +2,9 @@
 //! `count(*)`, `avg(temp)` or `sum(price * qty)`, whose argument is a scalar
 //! expression compiled like any other.
 
-use sqlparser::ast::{DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr, FunctionArguments};
-
+use super::ast::ExprKind;
 use super::compile::{Compiler, type_name};
-use super::functions::{AGGREGATES, function_name};
+use super::functions::AGGREGATES;
 use super::names::resolve_field;
 use super::parse::parse;
 use super::{AggCall, AggFunc, ExprError};
@@ -17,14 +16,14 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
     let expr = parse(text)?;
     let top = Compiler::new(text, schema);
     let mut e = &expr;
-    while let Expr::Nested(inner) = e {
+    while let ExprKind::Nested(inner) = &e.kind {
         e = inner;
     }
     let at = top.at(e);
-    let Expr::Function(f) = e else {
-        return Err(top.error(at, format!("{EXPECTED}; found `{e}`")));
+    let ExprKind::Function(f) = &e.kind else {
+        return Err(top.error(at, format!("{EXPECTED}; found `{}`", top.source(e))));
     };
-    let name = function_name(f).unwrap_or_else(|| f.name.to_string());
+    let name = f.name.clone();
     if !AGGREGATES.contains(&name.as_str()) {
         return Err(top.error(
             at,
@@ -34,37 +33,9 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
             ),
         ));
     }
-    if f.over.is_some() {
-        return Err(top.error(
-            at,
-            "OVER is not supported: the window is the transform's own",
-        ));
-    }
-    if f.filter.is_some() || !f.within_group.is_empty() || f.null_treatment.is_some() {
-        return Err(top.error(
-            at,
-            format!("this form of `{name}(...)` is not supported; {EXPECTED}"),
-        ));
-    }
-    let FunctionArguments::List(list) = &f.args else {
-        return Err(top.error(at, format!("`{name}` takes 1 argument, got 0")));
-    };
-    if !list.clauses.is_empty() {
-        return Err(top.error(
-            at,
-            format!("clauses such as ORDER BY inside `{name}(...)` are not supported"),
-        ));
-    }
-    if list.args.len() != 1 {
-        return Err(top.error(
-            at,
-            format!("`{name}` takes 1 argument, got {}", list.args.len()),
-        ));
-    }
-    let distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
-    let arg = match &list.args[0] {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) => arg,
-        FunctionArg::Unnamed(FunctionArgExpr::Wildcard) if name == "count" && !distinct => {
+    let distinct = f.distinct;
+    if f.star {
+        if name == "count" && !distinct {
             return Ok(AggCall {
                 func: AggFunc::CountRows,
                 arg: None,
@@ -72,13 +43,13 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
                 output: DataType::Int,
             });
         }
-        FunctionArg::Unnamed(_) => return Err(top.error(at, "`*` is only allowed in count(*)")),
-        _ => {
-            return Err(top.error(
-                at,
-                format!("`{name}` takes a positional argument, not a named one"),
-            ));
-        }
+        return Err(top.error(at, "`*` is only allowed in count(*)"));
+    }
+    let [arg] = &f.args[..] else {
+        return Err(top.error(
+            at,
+            format!("`{name}` takes 1 argument, got {}", f.args.len()),
+        ));
     };
     let func = match name.as_str() {
         "count" if distinct => AggFunc::CountDistinct,
@@ -128,11 +99,11 @@ pub(crate) fn compile_aggregate(text: &str, schema: &Schema) -> Result<AggCall, 
     );
     // A bare field is read straight from its column, with no evaluation.
     let mut bare = arg;
-    while let Expr::Nested(inner) = bare {
+    while let ExprKind::Nested(inner) = &bare.kind {
         bare = inner;
     }
-    let field = match bare {
-        Expr::Identifier(ident) => resolve_field(schema, &ident.value).ok().map(|(i, _)| i),
+    let field = match &bare.kind {
+        ExprKind::Field(name) => resolve_field(schema, name).ok().map(|(i, _)| i),
         _ => None,
     };
     Ok(AggCall {

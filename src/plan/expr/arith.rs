@@ -7,21 +7,12 @@
 
 use std::borrow::Cow;
 
-use sqlparser::ast::Expr;
+use super::ast::{ArithOp, Expr};
 
 use super::compile::{Compiler, type_name};
 use super::node::{KFloat, KInt, Kind, Node, Operand, map2};
 use super::{EvalError, ExprError};
 use crate::data::DataType;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ArithOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-}
 
 impl ArithOp {
     fn symbol(self) -> &'static str {

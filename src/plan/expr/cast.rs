@@ -7,8 +7,7 @@
 
 use std::borrow::Cow;
 
-use sqlparser::ast::{DataType as SqlType, Expr};
-
+use super::ast::{Expr, TypeName};
 use super::compile::{Compiler, type_name};
 use super::node::{KBool, KFloat, KInt, KStr, Kind, Node, Operand, map1, map1_opt};
 use super::{EvalError, ExprError};
@@ -18,39 +17,15 @@ const TARGETS: &str = "INT/INTEGER/BIGINT/SMALLINT, DOUBLE/FLOAT/REAL/DECIMAL/NU
 VARCHAR/CHAR/TEXT/STRING and BOOLEAN";
 
 /// The eddy type a SQL type name maps to.
-fn target_type(t: &SqlType) -> Option<DataType> {
-    use SqlType as S;
-    Some(match t {
-        S::Int(_)
-        | S::Integer(_)
-        | S::BigInt(_)
-        | S::SmallInt(_)
-        | S::TinyInt(_)
-        | S::Int2(_)
-        | S::Int4(_)
-        | S::Int8(_)
-        | S::Int64
-        | S::Signed
-        | S::SignedInteger => DataType::Int,
-        S::Double(_)
-        | S::DoublePrecision
-        | S::Float(_)
-        | S::Float4
-        | S::Float8
-        | S::Float64
-        | S::Real
-        | S::Decimal(_)
-        | S::Dec(_)
-        | S::Numeric(_) => DataType::Float,
-        S::Varchar(_)
-        | S::Char(_)
-        | S::Character(_)
-        | S::CharacterVarying(_)
-        | S::CharVarying(_)
-        | S::Nvarchar(_)
-        | S::Text
-        | S::String(_) => DataType::Str,
-        S::Boolean | S::Bool => DataType::Bool,
+fn target_type(t: &TypeName) -> Option<DataType> {
+    Some(match t.name.as_str() {
+        "INT" | "INTEGER" | "BIGINT" | "SMALLINT" | "TINYINT" | "INT2" | "INT4" | "INT8"
+        | "INT64" | "SIGNED" | "SIGNED INTEGER" => DataType::Int,
+        "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT4" | "FLOAT8" | "FLOAT64" | "REAL"
+        | "DECIMAL" | "DEC" | "NUMERIC" => DataType::Float,
+        "VARCHAR" | "CHAR" | "CHARACTER" | "CHARACTER VARYING" | "CHAR VARYING" | "NVARCHAR"
+        | "TEXT" | "STRING" => DataType::Str,
+        "BOOLEAN" | "BOOL" => DataType::Bool,
         _ => return None,
     })
 }
@@ -59,14 +34,17 @@ impl Compiler<'_> {
     pub(crate) fn cast(
         &self,
         expr: &Expr,
-        target: &SqlType,
+        target: &TypeName,
         is_try: bool,
         at: usize,
     ) -> Result<Node, ExprError> {
         let Some(to) = target_type(target) else {
             return Err(self.error(
-                at,
-                format!("cannot cast to {target}: the supported types are {TARGETS}"),
+                target.at,
+                format!(
+                    "cannot cast to {}: the supported types are {TARGETS}",
+                    target.text
+                ),
             ));
         };
         let x = self.expr(expr)?;
@@ -75,7 +53,7 @@ impl Compiler<'_> {
         };
         if from == DataType::Float && to == DataType::Bool {
             return Err(self.error(
-                at,
+                self.at(expr),
                 "cannot cast float to bool; compare it instead, e.g. `x <> 0`",
             ));
         }

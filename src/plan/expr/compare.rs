@@ -7,24 +7,14 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+use super::ast::{CmpOp, Expr};
 use hashbrown::HashSet;
-use sqlparser::ast::Expr;
 
 use super::ExprError;
 use super::compile::{Compiler, type_name};
 use super::logic::and3;
 use super::node::{KBool, KFloat, KInt, KStr, Kind, Node, Operand, common_type, with_kind};
 use crate::data::DataType;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CmpOp {
-    Eq,
-    NotEq,
-    Lt,
-    LtEq,
-    Gt,
-    GtEq,
-}
 
 /// A comparison as a type, so each operator gets its own inlined closure.
 trait Test: Send + Sync + 'static {

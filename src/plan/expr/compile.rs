@@ -1,30 +1,19 @@
-//! The walk over sqlparser's AST: one method per kind of node, each
+//! The walk over the expression's syntax tree: one method per kind of node, each
 //! type-checking its operands and returning a [`Node`]. Operators and
 //! functions live in their own files as further `impl Compiler` blocks.
 
 use std::cell::Cell;
 use std::fmt::Display;
 
-use sqlparser::ast::{BinaryOperator, CastKind, Expr, InTarget, Spanned, UnaryOperator, Value};
-
 use super::ExprError;
-use super::arith::ArithOp;
-use super::compare::CmpOp;
+use super::ast::{BinaryOp, Expr, ExprKind, UnaryOp};
 use super::names::resolve_field;
 use super::node::{KBool, KInt, KStr, Node, Operand};
-use super::parse::byte_offset;
 use crate::data::{DataType, Schema};
-
-const SUPPORTED: &str = "supported are literals, field names, arithmetic (+ - * / %), ||, \
-comparisons, AND/OR/NOT, IS [NOT] NULL/TRUE/FALSE, BETWEEN, IN (list), LIKE/ILIKE, CASE, CAST/TRY_CAST \
-and scalar functions";
 
 pub(crate) struct Compiler<'a> {
     text: &'a str,
     schema: &'a Schema,
-    /// Where the innermost node with a known position starts: sqlparser
-    /// gives a few nodes no span, and their errors point at the parent.
-    last_offset: Cell<usize>,
     /// Field references compiled so far. A subtree that adds none is
     /// constant, and is evaluated once, here, instead of per record.
     field_refs: Cell<usize>,
@@ -37,7 +26,6 @@ impl<'a> Compiler<'a> {
         Compiler {
             text,
             schema,
-            last_offset: Cell::new(0),
             field_refs: Cell::new(0),
             aggregate: None,
         }
@@ -56,8 +44,13 @@ impl<'a> Compiler<'a> {
     }
 
     /// The byte offset where `node` starts.
-    pub(crate) fn at(&self, node: &impl Spanned) -> usize {
-        byte_offset(self.text, node.span().start).unwrap_or(self.last_offset.get())
+    pub(crate) fn at(&self, node: &Expr) -> usize {
+        node.start
+    }
+
+    /// The source text of `node`, for messages.
+    pub(crate) fn source(&self, node: &Expr) -> &'a str {
+        &self.text[node.start..node.end]
     }
 
     pub(crate) fn error(&self, offset: usize, message: impl Into<String>) -> ExprError {
@@ -69,12 +62,8 @@ impl<'a> Compiler<'a> {
 
     /// Compiles one expression.
     pub(crate) fn expr(&self, e: &Expr) -> Result<Node, ExprError> {
-        let at = self.at(e);
-        let outer = self.last_offset.replace(at);
         let refs = self.field_refs.get();
-        let node = self.expr_at(e, at);
-        self.last_offset.set(outer);
-        let node = node?;
+        let node = self.expr_at(e, e.start)?;
         Ok(if self.field_refs.get() == refs {
             node.fold()
         } else {
@@ -83,75 +72,58 @@ impl<'a> Compiler<'a> {
     }
 
     fn expr_at(&self, e: &Expr, at: usize) -> Result<Node, ExprError> {
-        match e {
-            Expr::Identifier(ident) => self.field(&ident.value, at),
-            // A dotted name can only be a field whose name contains dots.
-            Expr::CompoundIdentifier(parts) => {
-                let name: Vec<&str> = parts.iter().map(|p| p.value.as_str()).collect();
-                self.field(&name.join("."), at)
+        match &e.kind {
+            ExprKind::Field(name) => self.field(name, at),
+            ExprKind::Number(digits) => self.number(digits, at, false),
+            ExprKind::Str(s) => Ok(Node::Str(Operand::Const(Some(s.clone())))),
+            ExprKind::Bool(b) => Ok(Node::Bool(Operand::Const(Some(*b)))),
+            ExprKind::Null => Ok(Node::Null),
+            ExprKind::Nested(inner) => self.expr(inner),
+            ExprKind::Unary { op, expr } => self.unary(*op, expr),
+            ExprKind::Binary { left, op, right } => self.binary(left, *op, right, at),
+            ExprKind::IsNull { expr, negated } => self.is_null(expr, *negated),
+            ExprKind::IsBool {
+                expr,
+                value,
+                negated,
+            } => self.is_bool(expr, *value, *negated),
+            ExprKind::IsDistinctFrom {
+                left,
+                right,
+                negated,
+            } => self.distinct(left, right, !negated, at),
+            ExprKind::Between {
+                expr,
+                low,
+                high,
+                negated,
+            } => self.between(expr, low, high, *negated, at),
+            ExprKind::InList {
+                expr,
+                list,
+                negated,
+            } => self.in_list(expr, list, *negated, at),
+            ExprKind::Like {
+                expr,
+                pattern,
+                escape,
+                negated,
+                ilike,
+            } => self.like(expr, pattern, escape.as_deref(), *negated, *ilike),
+            ExprKind::Cast { expr, to, is_try } => self.cast(expr, to, *is_try, at),
+            ExprKind::Case {
+                operand,
+                whens,
+                else_result,
+            } => self.case(operand.as_deref(), whens, else_result.as_deref(), at),
+            ExprKind::Function(f) => self.function(f, at),
+            ExprKind::Substring { expr, from, length } => {
+                self.substring(expr, from.as_deref(), length.as_deref())
             }
-            Expr::Value(v) => self.literal(&v.value, at, false),
-            Expr::Nested(inner) => self.expr(inner),
-            Expr::UnaryOp { op, expr } => self.unary(*op, expr, at),
-            Expr::BinaryOp { left, op, right } => self.binary(left, op, right, at),
-            Expr::IsNull(x) => self.is_null(x, false),
-            Expr::IsNotNull(x) => self.is_null(x, true),
-            Expr::IsTrue(x) => self.is_bool(x, Some(true), false),
-            Expr::IsNotTrue(x) => self.is_bool(x, Some(true), true),
-            Expr::IsFalse(x) => self.is_bool(x, Some(false), false),
-            Expr::IsNotFalse(x) => self.is_bool(x, Some(false), true),
-            Expr::IsUnknown(x) => self.is_bool(x, None, false),
-            Expr::IsNotUnknown(x) => self.is_bool(x, None, true),
-            Expr::IsDistinctFrom(a, b) => self.distinct(a, b, true, at),
-            Expr::IsNotDistinctFrom(a, b) => self.distinct(a, b, false, at),
-            Expr::Between { expr, negated, low, high } => self.between(expr, low, high, *negated, at),
-            Expr::In { expr, target, negated, .. } => match target {
-                InTarget::List(list) => self.in_list(expr, list, *negated, at),
-                InTarget::Subquery(_) => Err(self.error(at, "subqueries are not supported")),
-                _ => Err(self.error(at, "IN needs a list of values, such as `x IN (1, 2, 3)`")),
-            },
-            Expr::Like { any: true, .. } | Expr::ILike { any: true, .. } => {
-                Err(self.error(at, "LIKE ANY is not supported; combine LIKEs with OR"))
+            ExprKind::Trim { side, chars, expr } => {
+                self.trim_fn("trim", expr, chars.as_deref(), *side)
             }
-            Expr::Like { negated, expr, pattern, escape_char, .. } => {
-                self.like(expr, pattern, escape_char.as_deref(), *negated, false)
-            }
-            Expr::ILike { negated, expr, pattern, escape_char, .. } => {
-                self.like(expr, pattern, escape_char.as_deref(), *negated, true)
-            }
-            Expr::Cast { kind, expr, data_type, format } => {
-                if format.is_some() {
-                    return Err(self.error(at, "CAST ... FORMAT is not supported"));
-                }
-                let is_try = matches!(kind, CastKind::TryCast | CastKind::SafeCast);
-                self.cast(expr, data_type, is_try, at)
-            }
-            Expr::Case { operand, conditions, else_result, .. } => {
-                self.case(operand.as_deref(), conditions, else_result.as_deref(), at)
-            }
-            Expr::Function(f) => self.function(f, at),
-            Expr::Substring { expr, substring_from, substring_for, .. } => {
-                self.substring(expr, substring_from.as_deref(), substring_for.as_deref())
-            }
-            Expr::Trim { trim_where, trim_what, expr, trim_characters } => {
-                self.trim(expr, *trim_where, trim_what.as_deref(), trim_characters.as_deref(), at)
-            }
-            Expr::Position { expr, r#in } => self.position(expr, r#in),
-            Expr::Ceil { expr, field } => self.ceil_floor(expr, field, true, at),
-            Expr::Floor { expr, field } => self.ceil_floor(expr, field, false, at),
-            Expr::Subquery(_) | Expr::Exists { .. } => Err(self.error(at, "subqueries are not supported")),
-            Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => {
-                Err(self.error(at, "`*` is only allowed in count(*)"))
-            }
-            Expr::SimilarTo { .. } | Expr::RLike { .. } => Err(self.error(
-                at,
-                "regular expressions are not supported; use LIKE with `%` and `_`",
-            )),
-            Expr::TypedString(_) | Expr::Interval(_) => Err(self.error(
-                at,
-                "typed literals (DATE '...', INTERVAL ...) are not supported; times are int epoch milliseconds",
-            )),
-            _ => Err(self.error(at, format!("`{e}` is not supported here; {SUPPORTED}"))),
+            ExprKind::Position { needle, haystack } => self.position(needle, haystack),
         }
     }
 
@@ -166,95 +138,53 @@ impl<'a> Compiler<'a> {
         })
     }
 
-    /// A literal; `negate` for a minus sign in front of a number, so that
-    /// `-9223372036854775808` is an int.
-    fn literal(&self, v: &Value, at: usize, negate: bool) -> Result<Node, ExprError> {
+    /// A number literal; `negate` for a minus sign in front of it, so
+    /// that `-9223372036854775808` is an int.
+    fn number(&self, digits: &str, at: usize, negate: bool) -> Result<Node, ExprError> {
         let sign = if negate { "-" } else { "" };
-        match v {
-            Value::Number(digits, _) => {
-                let text = format!("{sign}{digits}");
-                let is_integer = digits.bytes().all(|b| b.is_ascii_digit());
-                if is_integer {
-                    return text.parse::<i64>().map(|x| Node::Int(Operand::Const(Some(x)))).map_err(|_| {
-                        self.error(at, format!("integer {text} is out of range for int (64-bit); write {text}.0 for a float"))
-                    });
-                }
-                text.parse::<f64>()
-                    .map(|x| Node::Float(Operand::Const(Some(x))))
-                    .map_err(|_| self.error(at, format!("invalid number `{text}`")))
-            }
-            _ if negate => Err(self.error(at, "unary `-` needs a number")),
-            Value::SingleQuotedString(s)
-            | Value::EscapedStringLiteral(s)
-            | Value::UnicodeStringLiteral(s)
-            | Value::NationalStringLiteral(s)
-            | Value::TripleSingleQuotedString(s) => Ok(Node::Str(Operand::Const(Some(s.clone())))),
-            Value::DollarQuotedString(s) => Ok(Node::Str(Operand::Const(Some(s.value.clone())))),
-            Value::Boolean(b) => Ok(Node::Bool(Operand::Const(Some(*b)))),
-            Value::Null => Ok(Node::Null),
-            Value::Placeholder(p) => {
-                Err(self.error(at, format!("placeholders such as `{p}` are not supported")))
-            }
-            other => Err(self.error(
-                at,
-                format!("literal `{other}` is not supported; use 'single-quoted' strings"),
-            )),
+        let text = format!("{sign}{digits}");
+        let is_integer = digits.bytes().all(|b| b.is_ascii_digit());
+        if is_integer {
+            return text.parse::<i64>().map(|x| Node::Int(Operand::Const(Some(x)))).map_err(|_| {
+                self.error(at, format!("integer {text} is out of range for int (64-bit); write {text}.0 for a float"))
+            });
         }
+        text.parse::<f64>()
+            .map(|x| Node::Float(Operand::Const(Some(x))))
+            .map_err(|_| self.error(at, format!("invalid number `{text}`")))
     }
 
-    fn unary(&self, op: UnaryOperator, expr: &Expr, at: usize) -> Result<Node, ExprError> {
+    fn unary(&self, op: UnaryOp, expr: &Expr) -> Result<Node, ExprError> {
         match op {
-            UnaryOperator::Minus => {
-                if let Expr::Value(v) = expr
-                    && let Value::Number(..) = v.value
-                {
-                    return self.literal(&v.value, at, true);
+            UnaryOp::Minus => {
+                if let ExprKind::Number(digits) = &expr.kind {
+                    return self.number(digits, expr.start, true);
                 }
                 let x = self.expr(expr)?;
                 self.negate(expr, x)
             }
-            UnaryOperator::Plus => {
+            UnaryOp::Plus => {
                 let x = self.expr(expr)?;
                 self.need_numeric(expr, &x, "unary `+`")?;
                 Ok(x)
             }
-            UnaryOperator::Not => self.not(expr),
-            other => Err(self.error(
-                at,
-                format!("operator `{other}` is not supported; {SUPPORTED}"),
-            )),
+            UnaryOp::Not => self.not(expr),
         }
     }
 
     fn binary(
         &self,
         left: &Expr,
-        op: &BinaryOperator,
+        op: BinaryOp,
         right: &Expr,
         at: usize,
     ) -> Result<Node, ExprError> {
-        use BinaryOperator as B;
         match op {
-            B::Plus => self.arith(ArithOp::Add, left, right),
-            B::Minus => self.arith(ArithOp::Sub, left, right),
-            B::Multiply => self.arith(ArithOp::Mul, left, right),
-            B::Divide => self.arith(ArithOp::Div, left, right),
-            B::Modulo => self.arith(ArithOp::Rem, left, right),
-            B::StringConcat => self.concat_op(left, right, at),
-            B::Eq => self.compare(CmpOp::Eq, left, right, at),
-            B::NotEq => self.compare(CmpOp::NotEq, left, right, at),
-            B::Lt => self.compare(CmpOp::Lt, left, right, at),
-            B::LtEq => self.compare(CmpOp::LtEq, left, right, at),
-            B::Gt => self.compare(CmpOp::Gt, left, right, at),
-            B::GtEq => self.compare(CmpOp::GtEq, left, right, at),
-            B::Spaceship => self.distinct(left, right, false, at),
-            B::And => self.and_or(left, right, true),
-            B::Or => self.and_or(left, right, false),
-            B::BitwiseXor => Err(self.error(at, "operator `^` is not supported; use power(x, y)")),
-            other => Err(self.error(
-                at,
-                format!("operator `{other}` is not supported; {SUPPORTED}"),
-            )),
+            BinaryOp::Arith(op) => self.arith(op, left, right),
+            BinaryOp::Cmp(op) => self.compare(op, left, right, at),
+            BinaryOp::Concat => self.concat_op(left, right, at),
+            BinaryOp::And => self.and_or(left, right, true),
+            BinaryOp::Or => self.and_or(left, right, false),
         }
     }
 
@@ -346,7 +276,7 @@ impl<'a> Compiler<'a> {
         for (e, node) in exprs.iter().zip(nodes) {
             common = super::node::common_type([common, node.ty()]).ok_or_else(|| {
                 self.error(
-                    self.at(*e),
+                    self.at(e),
                     format!(
                         "{what} must have the same type: {} and {}",
                         type_name(common),

@@ -6,7 +6,7 @@
 
 use std::cmp::Ordering;
 
-use sqlparser::ast::{CaseWhen, Expr};
+use super::ast::{CaseWhen, Expr};
 
 use super::ExprError;
 use super::compile::Compiler;

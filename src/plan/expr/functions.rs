@@ -1,13 +1,9 @@
 //! Function calls: checking the call's form and arity, and dispatching by
 //! (case-insensitive) name to the string, math and conditional functions.
 
-use sqlparser::ast::{
-    DuplicateTreatment, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
-    ObjectNamePart,
-};
+use super::ast::{ArithOp, Expr, Function, TrimSide};
 
 use super::ExprError;
-use super::arith::ArithOp;
 use super::compile::Compiler;
 use super::names::suggest;
 use super::node::Node;
@@ -63,26 +59,9 @@ pub(crate) const AGGREGATES: &[&str] = &[
     "count_distinct",
 ];
 
-/// The lower-cased name of a function call, if it is a plain name.
-pub(crate) fn function_name(f: &Function) -> Option<String> {
-    match &f.name.0[..] {
-        [ObjectNamePart::Identifier(ident)] => Some(ident.value.to_lowercase()),
-        _ => None,
-    }
-}
-
 impl Compiler<'_> {
     pub(crate) fn function(&self, f: &Function, at: usize) -> Result<Node, ExprError> {
-        // sqlparser reads a few bare words (`user`, `current_date`, ...) as
-        // calls without parentheses; here they can only be field names.
-        if matches!(f.args, FunctionArguments::None)
-            && let [ObjectNamePart::Identifier(ident)] = &f.name.0[..]
-        {
-            return self.field(&ident.value, at);
-        }
-        let Some(name) = function_name(f) else {
-            return Err(self.error(at, format!("unknown function `{}`", f.name)));
-        };
+        let name = f.name.clone();
         if AGGREGATES.contains(&name.as_str()) {
             let message = match self.aggregate() {
                 Some(outer) => {
@@ -102,7 +81,7 @@ impl Compiler<'_> {
             message.push_str(&format!("; supported functions: {}", FUNCTIONS.join(", ")));
             return Err(self.error(at, message));
         }
-        let args = self.plain_args(f, &name, at)?;
+        let args = self.plain_args(f, at)?;
         let n = args.len();
         let arity = |min: usize, max: Option<usize>| self.arity(&name, n, min, max, at);
         match name.as_str() {
@@ -125,9 +104,9 @@ impl Compiler<'_> {
             "trim" | "ltrim" | "rtrim" => {
                 arity(1, Some(2))?;
                 let side = match name.as_str() {
-                    "ltrim" => sqlparser::ast::TrimWhereField::Leading,
-                    "rtrim" => sqlparser::ast::TrimWhereField::Trailing,
-                    _ => sqlparser::ast::TrimWhereField::Both,
+                    "ltrim" => TrimSide::Leading,
+                    "rtrim" => TrimSide::Trailing,
+                    _ => TrimSide::Both,
                 };
                 self.trim_fn(&name, args[0], args.get(1).copied(), side)
             }
@@ -204,62 +183,21 @@ impl Compiler<'_> {
 
     /// The arguments of a plain call `name(a, b, ...)`; the SQL extras
     /// (DISTINCT, FILTER, OVER, named arguments, ...) are errors here.
+    /// The arguments of a plain call: no `*`, no DISTINCT.
     pub(crate) fn plain_args<'f>(
         &self,
         f: &'f Function,
-        name: &str,
         at: usize,
     ) -> Result<Vec<&'f Expr>, ExprError> {
-        if f.over.is_some() {
-            return Err(self.error(
-                at,
-                format!("window functions (`{name}(...) OVER ...`) are not supported"),
-            ));
+        if f.star {
+            return Err(self.error(at, "`*` is only allowed in count(*)"));
         }
-        if f.filter.is_some() {
-            return Err(self.error(
-                at,
-                "FILTER (WHERE ...) is not supported; use CASE inside the call",
-            ));
-        }
-        if !f.within_group.is_empty()
-            || f.null_treatment.is_some()
-            || !matches!(f.parameters, FunctionArguments::None)
-        {
-            return Err(self.error(at, format!("this form of `{name}(...)` is not supported")));
-        }
-        let list = match &f.args {
-            FunctionArguments::List(list) => list,
-            FunctionArguments::None => {
-                return Err(self.error(at, format!("`{name}` needs parentheses: `{name}(...)`")));
-            }
-            FunctionArguments::Subquery(_) => {
-                return Err(self.error(at, "subqueries are not supported"));
-            }
-        };
-        if matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct)) {
+        if f.distinct {
             return Err(self.error(at, "DISTINCT is only allowed in count(DISTINCT x)"));
         }
-        if !list.clauses.is_empty() {
-            return Err(self.error(
-                at,
-                format!("clauses such as ORDER BY inside `{name}(...)` are not supported"),
-            ));
-        }
-        list.args
-            .iter()
-            .map(|arg| match arg {
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-                FunctionArg::Unnamed(_) => Err(self.error(at, "`*` is only allowed in count(*)")),
-                _ => Err(self.error(
-                    at,
-                    format!("`{name}` takes positional arguments, not named ones"),
-                )),
-            })
-            .collect()
+        Ok(f.args.iter().collect())
     }
 
-    /// "`upper` takes 1 argument, got 2".
     pub(crate) fn arity(
         &self,
         name: &str,

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use sqlparser::ast::{Expr, Value};
+use super::ast::{Expr, ExprKind};
 
 use super::compile::Compiler;
 use super::node::{KBool, KStr, Node, Operand};
@@ -362,9 +362,7 @@ impl Compiler<'_> {
 
     /// The escape character of `ESCAPE 'c'`; `ESCAPE ''` means none.
     fn escape_char(&self, e: &Expr) -> Result<Option<char>, ExprError> {
-        if let Expr::Value(v) = e
-            && let Value::SingleQuotedString(s) = &v.value
-        {
+        if let ExprKind::Str(s) = &e.kind {
             let mut chars = s.chars();
             match (chars.next(), chars.next()) {
                 (None, _) => return Ok(None),

@@ -1,7 +1,7 @@
 //! `AND`, `OR`, `NOT` and the `IS` tests, with SQL's three-valued logic:
 //! `NULL AND false` is false, `NULL AND true` is NULL, and so on.
 
-use sqlparser::ast::{BinaryOperator, Expr};
+use super::ast::{BinaryOp, Expr, ExprKind};
 
 use super::ExprError;
 use super::compile::Compiler;
@@ -27,14 +27,10 @@ impl Compiler<'_> {
         right: &Expr,
         is_and: bool,
     ) -> Result<Node, ExprError> {
-        let op = if is_and {
-            BinaryOperator::And
-        } else {
-            BinaryOperator::Or
-        };
+        let op = if is_and { BinaryOp::And } else { BinaryOp::Or };
         let mut terms = Vec::new();
-        flatten(left, &op, &mut terms);
-        flatten(right, &op, &mut terms);
+        flatten(left, op, &mut terms);
+        flatten(right, op, &mut terms);
         let what = if is_and { "`AND`" } else { "`OR`" };
         // The value that decides the result on its own: false for AND.
         let decisive = !is_and;
@@ -141,13 +137,13 @@ impl Compiler<'_> {
 }
 
 /// Collects the terms of a chain of `op`, looking through parentheses.
-fn flatten<'e>(e: &'e Expr, op: &BinaryOperator, out: &mut Vec<&'e Expr>) {
-    match e {
-        Expr::BinaryOp { left, op: o, right } if o == op => {
+fn flatten<'e>(e: &'e Expr, op: BinaryOp, out: &mut Vec<&'e Expr>) {
+    match &e.kind {
+        ExprKind::Binary { left, op: o, right } if *o == op => {
             flatten(left, op, out);
             flatten(right, op, out);
         }
-        Expr::Nested(inner) if matches!(&**inner, Expr::BinaryOp { op: o, .. } if o == op) => {
+        ExprKind::Nested(inner) if matches!(&inner.kind, ExprKind::Binary { op: o, .. } if *o == op) => {
             flatten(inner, op, out)
         }
         _ => out.push(e),

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use sqlparser::ast::{CeilFloorKind, DateTimeField, Expr};
+use super::ast::Expr;
 
 use super::compile::Compiler;
 use super::node::{KFloat, Kind, Node, Operand, map1, map2};
@@ -66,28 +66,6 @@ impl Compiler<'_> {
             Node::Float(x) => Node::Float(map2(x, digits, |v: f64, d: i64| Ok(round_float(v, d)))),
             other => other,
         })
-    }
-
-    /// SQL's `CEIL(x)` / `FLOOR(x)` syntax.
-    pub(crate) fn ceil_floor(
-        &self,
-        expr: &Expr,
-        field: &CeilFloorKind,
-        ceil: bool,
-        at: usize,
-    ) -> Result<Node, ExprError> {
-        let name = if ceil { "ceil" } else { "floor" };
-        match field {
-            CeilFloorKind::DateTimeField(DateTimeField::NoDateTime) => {
-                self.ceil_floor_fn(name, expr, ceil)
-            }
-            CeilFloorKind::Scale(_) => {
-                Err(self.error(at, format!("`{name}` takes 1 argument, got 2")))
-            }
-            CeilFloorKind::DateTimeField(_) => {
-                Err(self.error(at, format!("`{name}(x TO unit)` is not supported")))
-            }
-        }
     }
 
     pub(crate) fn ceil_floor_fn(

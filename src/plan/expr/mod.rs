@@ -1,9 +1,9 @@
 //! SQL expressions compiled into typed closures over a batch's columns.
 //!
-//! Parsing is sqlparser's; type checking and compilation are eddy's. The AST
-//! is walked once, at plan time; per record only closures run.
+//! The syntax tree is walked once, at plan time; per record only closures
+//! run.
 //!
-//! Layout: `parse` (text to AST, positions), `compile` (the AST walk and
+//! Layout: `lex` and `parse` (text to the syntax tree in `ast`), `compile` (the AST walk and
 //! type checks) with one file per group of operators (`arith`, `compare`,
 //! `logic`, `like`, `cast`, `conditional`) and functions (`functions`
 //! dispatches to `strings` and `math`), `node` (the typed intermediate form
@@ -13,11 +13,13 @@ use std::borrow::Cow;
 
 mod aggregate;
 mod arith;
+mod ast;
 mod cast;
 mod compare;
 mod compile;
 mod conditional;
 mod functions;
+mod lex;
 mod like;
 mod logic;
 mod math;

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use sqlparser::ast::{Expr, TrimWhereField};
+use super::ast::{Expr, TrimSide};
 
 use super::cast::to_text;
 use super::compile::Compiler;
@@ -159,24 +159,6 @@ impl Compiler<'_> {
         })))
     }
 
-    /// SQL's `TRIM([BOTH|LEADING|TRAILING] [chars] FROM s)` and `TRIM(s[, chars])`.
-    pub(crate) fn trim(
-        &self,
-        expr: &Expr,
-        side: Option<TrimWhereField>,
-        what: Option<&Expr>,
-        characters: Option<&[Expr]>,
-        at: usize,
-    ) -> Result<Node, ExprError> {
-        let chars = match (what, characters) {
-            (Some(w), _) => Some(w),
-            (None, Some([c])) => Some(c),
-            (None, Some(_)) => return Err(self.error(at, "`trim` takes 1 or 2 arguments")),
-            (None, None) => None,
-        };
-        self.trim_fn("trim", expr, chars, side.unwrap_or(TrimWhereField::Both))
-    }
-
     /// Removes the characters in `chars` (default: spaces, as in standard
     /// SQL) from one or both ends.
     pub(crate) fn trim_fn(
@@ -184,7 +166,7 @@ impl Compiler<'_> {
         name: &str,
         expr: &Expr,
         chars: Option<&Expr>,
-        side: TrimWhereField,
+        side: TrimSide,
     ) -> Result<Node, ExprError> {
         let x = self.str_arg(expr, name)?;
         let set = match chars {
@@ -200,9 +182,9 @@ impl Compiler<'_> {
             };
             let strip = |c: char| set.contains(c);
             let kept = match side {
-                TrimWhereField::Both => s.trim_matches(strip),
-                TrimWhereField::Leading => s.trim_start_matches(strip),
-                TrimWhereField::Trailing => s.trim_end_matches(strip),
+                TrimSide::Both => s.trim_matches(strip),
+                TrimSide::Leading => s.trim_start_matches(strip),
+                TrimSide::Trailing => s.trim_end_matches(strip),
             };
             let range = sub_range(&s, kept);
             Ok(Some(slice_cow(s, range)))

@@ -94,14 +94,18 @@ fn aggregate_errors() {
         "aggregate functions cannot be nested: `sum` inside `avg`",
     );
     agg_err("sum(*)", 0, "`*` is only allowed in count(*)");
-    agg_err("count(DISTINCT *)", 0, "`*` is only allowed in count(*)");
+    agg_err("count(DISTINCT *)", 15, "`*` is only allowed in count(*)");
     agg_err(
         "sum(DISTINCT n)",
         0,
         "DISTINCT is only allowed in count(DISTINCT x)",
     );
     agg_err("sum(tmp)", 4, "unknown field `tmp`");
-    agg_err("sum(n) OVER ()", 0, "OVER is not supported");
+    agg_err(
+        "sum(n) OVER ()",
+        0,
+        "OVER ...`) are not supported: windows are the `window` transform's",
+    );
     agg_err("count(*) FILTER (WHERE ok)", 0, "not supported");
     agg_err("sum(", 4, "Expected: an expression, found: EOF");
 }

@@ -94,7 +94,7 @@ fn float_to_int_limits() {
 fn unsupported_casts() {
     assert_err(
         "CAST(n AS DATE)",
-        5,
+        10,
         "cannot cast to DATE: the supported types are INT",
     );
     assert_err("CAST(temp AS BOOLEAN)", 5, "cannot cast float to bool");

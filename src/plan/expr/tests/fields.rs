@@ -190,7 +190,7 @@ fn eval_into_appends_values_and_nulls() {
 }
 
 #[test]
-fn bare_words_sqlparser_reads_as_calls_are_fields() {
+fn sql_special_words_are_plain_field_names() {
     let schema = Schema::new(vec![
         Field::new("user", DataType::Str),
         Field::new("current_date", DataType::Int),

@@ -163,12 +163,12 @@ fn like_type_errors() {
     );
     assert_err(
         "sensor LIKE ANY ('a%', 'b%')",
-        0,
+        12,
         "LIKE ANY is not supported",
     );
     assert_err(
         "sensor SIMILAR TO 'a'",
-        0,
+        7,
         "regular expressions are not supported",
     );
 }

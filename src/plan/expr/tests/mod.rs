@@ -15,6 +15,7 @@ mod functions;
 mod like;
 mod operators;
 mod property;
+mod syntax;
 
 /// An owned result value, for assertions.
 #[derive(Clone, Debug, PartialEq)]
