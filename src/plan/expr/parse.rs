@@ -18,8 +18,9 @@ const SUPPORTED: &str = "supported are literals, field names, arithmetic (+ - * 
 comparisons, AND/OR/NOT, IS [NOT] NULL/TRUE/FALSE, BETWEEN, IN (list), LIKE/ILIKE, CASE, CAST/TRY_CAST \
 and scalar functions";
 
-/// Nesting deeper than this is refused instead of overflowing the stack.
-const MAX_DEPTH: usize = 64;
+/// Trees deeper than this are refused instead of overflowing the stack.
+/// 128 levels of a debug build's compiler fit in a 2 MiB thread stack.
+const MAX_DEPTH: usize = 128;
 
 /// Parses `text` as exactly one expression.
 pub(crate) fn parse(text: &str) -> Result<Expr, ExprError> {
@@ -134,23 +135,35 @@ impl Parser<'_> {
 
     /// An expression whose operators all bind tighter than `prec`.
     fn expr(&mut self, prec: u8) -> Result<Expr, ExprError> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(error(0, "expression is nested too deeply"));
-        }
-        let result = self.expr_inner(prec);
-        self.depth -= 1;
-        result
-    }
-
-    fn expr_inner(&mut self, prec: u8) -> Result<Expr, ExprError> {
+        let outer = self.depth;
+        self.deeper()?;
         let mut left = self.prefix()?;
         while let Some(op_prec) = self.infix_prec()?
             && op_prec > prec
         {
+            // Each operator in a chain (`a + b + c`) nests the tree one
+            // level deeper, as a parenthesis does.
+            self.deeper()?;
             left = self.infix(left, op_prec)?;
         }
+        self.depth = outer;
         Ok(left)
+    }
+
+    /// Counts one level of the tree being built; compiling and dropping
+    /// it recurse once per level, so a bound here keeps both off the end
+    /// of the stack.
+    fn deeper(&mut self) -> Result<(), ExprError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(error(
+                self.peek().start,
+                format!(
+                    "expression is nested too deeply (at most {MAX_DEPTH} levels of operators and parentheses)"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn node(&self, start: usize, kind: ExprKind) -> Expr {
@@ -231,6 +244,7 @@ impl Parser<'_> {
                 Tok::Punct("*") => {
                     return Err(error(start, "`*` is only allowed in count(*)"));
                 }
+                Tok::Eof => return Err(self.expected("a name after `.`")),
                 _ => {
                     self.pos -= 1;
                     return Err(self.expected("a name after `.`"));

@@ -76,7 +76,29 @@ fn unsupported_syntax_says_what_is_supported() {
 fn deep_nesting_is_an_error_not_a_crash() {
     let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
     let e = err(&deep);
-    assert_eq!(e.message, "expression is nested too deeply");
+    assert!(e.message.starts_with("expression is nested too deeply"));
+    // A long chain of operators nests as deeply as parentheses do.
+    let chain = vec!["n"; 100_000].join(" + ");
+    assert!(
+        err(&chain)
+            .message
+            .starts_with("expression is nested too deeply")
+    );
+    let or_chain = vec!["ok"; 100_000].join(" OR ");
+    assert!(
+        err(&or_chain)
+            .message
+            .starts_with("expression is nested too deeply")
+    );
+    // Right at the limit the compiler still has stack to spare.
+    let at_limit = vec!["n"; 120].join(" + ");
+    assert_eq!(eval(&at_limit), I(840));
+    let parens = format!("{}n{}", "(".repeat(120), ")".repeat(120));
+    assert_eq!(eval(&parens), I(7));
+    let minus = format!("{}n", "- ".repeat(120));
+    assert_eq!(eval(&minus), I(7));
+    let nots = format!("{}ok", "NOT ".repeat(121));
+    assert_eq!(eval(&nots), B(false));
     // Within the limit nesting is fine.
     let ok = format!("{}n{}", "(".repeat(20), " + 1)".repeat(20));
     assert_eq!(eval(&ok), I(27));

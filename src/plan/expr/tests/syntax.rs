@@ -110,3 +110,101 @@ fn unterminated_quotes_point_at_the_quote() {
     assert_err("\"abc + 1", 0, "Unterminated quoted name");
     assert_err("E'abc\\'", 0, "Unterminated string literal");
 }
+
+/// Token soup, seeded: whatever the text, parsing and compiling return a
+/// result (never panic), and an error's offset is a char boundary inside
+/// the text, since the caller turns it into a line and column.
+#[test]
+fn random_token_soup_never_panics_and_errors_point_inside() {
+    const PIECES: &[&str] = &[
+        "n",
+        "temp",
+        "sensor",
+        "\"Mixed Case\"",
+        "1",
+        "2.5",
+        ".5",
+        "1e3",
+        "'a'",
+        "'é''",
+        "E'\\t'",
+        "N'x'",
+        "x'AB'",
+        "NULL",
+        "TRUE",
+        "(",
+        ")",
+        ",",
+        ".",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "||",
+        "=",
+        "<>",
+        "<=>",
+        "::",
+        "int",
+        "AND",
+        "OR",
+        "NOT",
+        "IS",
+        "DISTINCT",
+        "FROM",
+        "BETWEEN",
+        "IN",
+        "LIKE",
+        "ESCAPE",
+        "CASE",
+        "WHEN",
+        "THEN",
+        "ELSE",
+        "END",
+        "CAST",
+        "AS",
+        "TRIM",
+        "LEADING",
+        "SUBSTRING",
+        "FOR",
+        "POSITION",
+        "upper",
+        "count",
+        "SELECT",
+        "$1",
+        "^",
+        "[",
+        "ü",
+        "--",
+        "\n",
+        "\"",
+        "'",
+        "`",
+        "=>",
+        "OVER",
+        "ORDER",
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..20_000 {
+        let len = next() % 12;
+        let text: Vec<&str> = (0..len)
+            .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+            .collect();
+        let text = text.join(if next() % 2 == 0 { " " } else { "" });
+        if let Err(e) = compile(&text, &schema()) {
+            assert!(
+                e.offset <= text.len() && text.is_char_boundary(e.offset),
+                "`{text}`: offset {} of {:?}",
+                e.offset,
+                e.message
+            );
+        }
+    }
+}
