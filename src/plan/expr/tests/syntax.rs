@@ -185,19 +185,13 @@ fn random_token_soup_never_panics_and_errors_point_inside() {
         "OVER",
         "ORDER",
     ];
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = super::property::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..20_000 {
-        let len = next() % 12;
+        let len = rng.below(12);
         let text: Vec<&str> = (0..len)
-            .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+            .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
             .collect();
-        let text = text.join(if next() % 2 == 0 { " " } else { "" });
+        let text = text.join(if rng.below(2) == 0 { " " } else { "" });
         if let Err(e) = compile(&text, &schema()) {
             assert!(
                 e.offset <= text.len() && text.is_char_boundary(e.offset),
