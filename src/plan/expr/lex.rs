@@ -79,12 +79,12 @@ pub(super) fn tokenize(text: &str) -> Result<Vec<Token>, ExprError> {
             Tok::Number(text[start..i].to_string())
         } else if c == '\'' {
             let (s, end) =
-                quoted(text, i, '\'').ok_or_else(|| error(start, "Unterminated string literal"))?;
+                quoted(text, i, '\'').ok_or_else(|| error(start, "unterminated string literal"))?;
             i = end;
             Tok::Str(s)
         } else if c == '"' || c == '`' {
             let (s, end) =
-                quoted(text, i, c).ok_or_else(|| error(start, "Unterminated quoted name"))?;
+                quoted(text, i, c).ok_or_else(|| error(start, "unterminated quoted name"))?;
             i = end;
             Tok::Quoted(s)
         } else if c.is_alphabetic() || c == '_' {
@@ -102,7 +102,7 @@ pub(super) fn tokenize(text: &str) -> Result<Vec<Token>, ExprError> {
                     quoted(text, i, '\'')
                 };
                 let (s, end) =
-                    literal.ok_or_else(|| error(start, "Unterminated string literal"))?;
+                    literal.ok_or_else(|| error(start, "unterminated string literal"))?;
                 i = end;
                 tokens.push(Token {
                     tok: Tok::Str(s),

@@ -113,7 +113,10 @@ impl Parser<'_> {
         let t = self.peek();
         error(
             t.start,
-            format!("Expected: {what}, found: {}", t.tok.text()),
+            match t.tok {
+                Tok::Eof => format!("expected {what}, found the end of the text"),
+                _ => format!("expected {what}, found `{}`", t.tok.text()),
+            },
         )
     }
 

@@ -107,5 +107,9 @@ fn aggregate_errors() {
         "OVER ...`) are not supported: windows are the `window` transform's",
     );
     agg_err("count(*) FILTER (WHERE ok)", 0, "not supported");
-    agg_err("sum(", 4, "Expected: an expression, found: EOF");
+    agg_err(
+        "sum(",
+        4,
+        "expected an expression, found the end of the text",
+    );
 }

@@ -5,20 +5,26 @@ use super::*;
 #[test]
 fn parse_errors_say_what_was_expected_and_where() {
     let e = err("temp > ");
-    assert_eq!(e.message, "Expected: an expression, found: EOF");
+    assert_eq!(
+        e.message,
+        "expected an expression, found the end of the text"
+    );
     assert_eq!(e.offset, 7);
     let e = err("temp > )");
-    assert_eq!(e.message, "Expected: an expression, found: )");
+    assert_eq!(e.message, "expected an expression, found `)`");
     assert_eq!(e.offset, 7);
     let e = err("'é' = )");
     assert_eq!(e.offset, 7); // column 7, byte 7 (é is two bytes)
     let e = err("a = 'unterminated");
-    assert_eq!(e.message, "Unterminated string literal");
+    assert_eq!(e.message, "unterminated string literal");
     assert_eq!(e.offset, 4);
     let e = err("temp >\n  (1 +\n  )");
     assert_eq!(e.offset, 16);
     let e = err("");
-    assert_eq!(e.message, "Expected: an expression, found: EOF");
+    assert_eq!(
+        e.message,
+        "expected an expression, found the end of the text"
+    );
 }
 
 #[test]
