@@ -257,13 +257,6 @@ impl Parser<'_> {
         if self.peek().tok == Tok::Punct("(") {
             return Err(error(start, format!("unknown function `{name}`")));
         }
-        if matches!(self.peek().tok, Tok::Str(_)) {
-            return Err(error(
-                start,
-                "typed literals (DATE '...', INTERVAL ...) are not supported; \
-                 times are int epoch milliseconds",
-            ));
-        }
         Ok(ExprKind::Field(name))
     }
 
@@ -288,7 +281,11 @@ impl Parser<'_> {
                         length: length.map(Box::new),
                     });
                 }
-                return self.call_rest(word, start, vec![first]);
+                return Ok(ExprKind::Function(self.finish_call(
+                    word,
+                    start,
+                    vec![first],
+                )?));
             }
             "TRIM" => {
                 let side = if self.eat_keyword("BOTH") {
@@ -312,7 +309,11 @@ impl Parser<'_> {
                     self.expect_punct(")")?;
                     return Ok(trim(side, Some(first), expr));
                 }
-                return self.call_rest(word, start, vec![first]);
+                return Ok(ExprKind::Function(self.finish_call(
+                    word,
+                    start,
+                    vec![first],
+                )?));
             }
             "POSITION" => {
                 // `IN` here is POSITION's, not the IN-list operator.
@@ -325,7 +326,11 @@ impl Parser<'_> {
                         haystack: Box::new(haystack),
                     });
                 }
-                return self.call_rest(word, start, vec![needle]);
+                return Ok(ExprKind::Function(self.finish_call(
+                    word,
+                    start,
+                    vec![needle],
+                )?));
             }
             _ => {}
         }
@@ -342,16 +347,6 @@ impl Parser<'_> {
         f.star = star;
         f.distinct = distinct;
         Ok(ExprKind::Function(f))
-    }
-
-    /// The arguments after `first` of a plain call.
-    fn call_rest(
-        &mut self,
-        word: String,
-        start: usize,
-        first: Vec<Expr>,
-    ) -> Result<ExprKind, ExprError> {
-        Ok(ExprKind::Function(self.finish_call(word, start, first)?))
     }
 
     /// Parses `, arg`* `)` after the arguments in `args`, and refuses what

@@ -108,6 +108,13 @@ fn call_errors_name_the_call() {
         "this form of `lower(...)`",
     );
     assert_err("a.b(1)", 0, "unknown function `a.b`");
+    // A missing operator is not mistaken for a typed literal.
+    assert_err(
+        "sensor 'a'",
+        7,
+        "unexpected `'a'` after the end of the expression",
+    );
+    assert_err("TIMESTAMP '2026-01-01'", 0, "typed literals");
     assert_err("upper(*)", 0, "`*` is only allowed in count(*)");
     assert_err("n + *", 4, "`*` is only allowed in count(*)");
 }
