@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::event::Event;
 use super::lane::Lane;
 use super::peers::{self, RemoteLane};
-use super::report::{LaneView, analyze};
+use super::report::{Analysis, LaneView, analyze_in};
 use super::{KEEP_WINDOWS, TRACER, on, window_ms};
 use crate::exec::clock;
 
@@ -103,6 +103,9 @@ fn run() {
         libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE);
     }
     let mut lanes: Vec<Pending> = Vec::new();
+    // Kept while tracing is on (see `Analysis`), dropped when it goes off:
+    // at 100k events per worker-second it holds tens of megabytes.
+    let mut analysis: Option<Analysis> = None;
     // The next window: (start, length) in process-clock nanoseconds.
     let mut next: Option<(u64, u64)> = None;
     loop {
@@ -156,6 +159,7 @@ fn run() {
         let w = window_ms() * 1_000_000;
         if !on() {
             next = None;
+            analysis = None;
             lanes.iter_mut().for_each(|p| p.events.clear());
         } else {
             let now = clock::now_ns();
@@ -171,7 +175,8 @@ fn run() {
                 LAG_NS
             };
             while now >= ws + len + lag {
-                let report = window(&mut lanes, ws, ws + len, now);
+                let a = analysis.get_or_insert_with(Analysis::default);
+                let report = window(a, &mut lanes, ws, ws + len, now);
                 let mut windows = TRACER.windows.lock().unwrap_or_else(|e| e.into_inner());
                 if windows.len() == KEEP_WINDOWS {
                     windows.pop_front();
@@ -192,7 +197,13 @@ fn run() {
     }
 }
 
-fn window(lanes: &mut [Pending], ws: u64, we: u64, now: u64) -> super::WindowReport {
+fn window(
+    a: &mut Analysis,
+    lanes: &mut [Pending],
+    ws: u64,
+    we: u64,
+    now: u64,
+) -> super::WindowReport {
     let dropped: u64 = lanes
         .iter_mut()
         .map(|p| match &mut p.source {
@@ -212,7 +223,7 @@ fn window(lanes: &mut [Pending], ws: u64, we: u64, now: u64) -> super::WindowRep
         .zip(labels)
         .filter_map(|(p, label)| p.view(label, now))
         .collect();
-    let mut report = analyze(&views, ws, we);
+    let mut report = analyze_in(a, &views, ws, we);
     report.dropped = dropped;
     let unix_now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -100,15 +100,58 @@ pub(crate) enum Paths {
 
 /// The CP of every edge of `pag` (0 for waiting edges), `ln` of the number
 /// of paths it is over, and which paths those are.
+#[cfg(test)]
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
+    let mut scratch = CpScratch::default();
+    let (ln_paths, paths) = critical_participation_in(pag, &mut scratch);
+    (scratch.cp, ln_paths, paths)
+}
+
+/// The buffers of the passes below, kept from one window to the next (see
+/// `graph::GraphScratch`); `cp` holds the result.
+#[derive(Default)]
+pub(crate) struct CpScratch {
+    pub(crate) cp: Vec<f64>,
+    first: Vec<u32>,
+    indeg: Vec<u32>,
+    succ: Vec<u32>,
+    busy_starts: Vec<u32>,
+    busy_ends: Vec<u32>,
+    reached: Vec<bool>,
+    order: Vec<u32>,
+    f: Vec<Count>,
+    b: Vec<Count>,
+}
+
+/// Clears `v` and fills it with `n` times `x`, keeping its allocation.
+fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
+    v.clear();
+    v.resize(n, x);
+}
+
+/// As [`critical_participation`], with the CP of every edge left in
+/// `scratch.cp`.
+pub(crate) fn critical_participation_in(pag: &Pag, scratch: &mut CpScratch) -> (f64, Paths) {
     let n = pag.nodes;
+    let CpScratch {
+        cp,
+        first,
+        indeg,
+        succ,
+        busy_starts,
+        busy_ends,
+        reached,
+        order,
+        f,
+        b,
+    } = scratch;
     // Successors along the edges that may carry critical paths: a point's
     // local edge to the next point (a flag per point), then its messages
     // (CSR; every message may carry). The passes below read these small
     // arrays instead of the edges.
     let messages = &pag.edges[pag.first_message..];
-    let mut first = vec![0u32; n + 1];
-    let mut indeg = vec![0u32; n];
+    refill(first, n + 1, 0);
+    refill(indeg, n, 0);
     for e in messages {
         first[e.from as usize + 1] += 1;
         indeg[e.to as usize] += 1;
@@ -119,34 +162,37 @@ pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     for i in 0..n {
         first[i + 1] += first[i];
     }
-    let mut fill = first.clone();
-    let mut succ = vec![0u32; messages.len()];
+    // Each point's next free slot, walking up from its start; `first` is
+    // shifted back to the starts below.
+    refill(succ, messages.len(), 0);
     for e in messages {
-        succ[fill[e.from as usize] as usize] = e.to;
-        fill[e.from as usize] += 1;
+        succ[first[e.from as usize] as usize] = e.to;
+        first[e.from as usize] += 1;
     }
-    drop(fill);
+    for i in (1..=n).rev() {
+        first[i] = first[i - 1];
+    }
+    first[0] = 0;
     let g = Succ {
         local: &pag.carries_next,
-        first: &first,
-        messages: &succ,
+        first,
+        messages: succ,
     };
     // A point between two waits starts and ends no path of any length:
     // not counting it keeps the count the same however waits are cut.
-    let busy_starts: Vec<u32> = (0..n as u32)
-        .filter(|&v| indeg[v as usize] == 0 && g.has_out(v))
-        .collect();
-    let busy_ends: Vec<u32> = (0..n as u32)
-        .filter(|&v| !g.has_out(v) && indeg[v as usize] > 0)
-        .collect();
+    busy_starts.clear();
+    busy_starts.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0 && g.has_out(v)));
+    busy_ends.clear();
+    busy_ends.extend((0..n as u32).filter(|&v| !g.has_out(v) && indeg[v as usize] > 0));
     // Kahn's order; a cycle (impossible with a sane clock) is left out.
     // On the way, which points a path from a lane's start reaches: whether
     // a path spans the window is known before any counting.
-    let mut reached = vec![false; n];
+    refill(reached, n, false);
     for &s in &pag.starts {
         reached[s as usize] = true;
     }
-    let mut order: Vec<u32> = Vec::with_capacity(n);
+    order.clear();
+    order.reserve(n);
     order.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0));
     let mut k = 0;
     while k < order.len() {
@@ -161,15 +207,24 @@ pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
             }
         });
     }
+    let mut counts = Counts { f, b, cp };
     if pag.ends.iter().any(|&e| reached[e as usize]) {
-        let (cp, _, ln_paths) = count(pag, g, &order, &pag.starts, &pag.ends);
-        return (cp, ln_paths, Paths::Spanning);
+        let (_, ln_paths) = count(pag, g, order, &pag.starts, &pag.ends, &mut counts);
+        return (ln_paths, Paths::Spanning);
     }
-    let (cp, length, ln_paths) = count(pag, g, &order, &busy_starts, &busy_ends);
+    let (length, ln_paths) = count(pag, g, order, busy_starts, busy_ends, &mut counts);
     if ln_paths == f64::NEG_INFINITY || length == f64::NEG_INFINITY {
-        return (vec![0.0; pag.edges.len()], f64::NEG_INFINITY, Paths::None);
+        refill(counts.cp, pag.edges.len(), 0.0);
+        return (f64::NEG_INFINITY, Paths::None);
     }
-    (cp, ln_paths, Paths::Busy)
+    (ln_paths, Paths::Busy)
+}
+
+/// Where [`count`] counts: paths to and from each point, and the result.
+struct Counts<'a> {
+    f: &'a mut Vec<Count>,
+    b: &'a mut Vec<Count>,
+    cp: &'a mut Vec<f64>,
 }
 
 fn carries(e: &PagEdge) -> bool {
@@ -202,18 +257,20 @@ impl Succ<'_> {
     }
 }
 
-/// Path counting between `starts` and `ends`: the CP of every edge, `ln`
-/// of the total path length (`Σ w · N(e)`), and `ln` of the number of
-/// paths (`-∞` when none).
+/// Path counting between `starts` and `ends`: the CP of every edge (into
+/// `out.cp`), `ln` of the total path length (`Σ w · N(e)`), and `ln` of
+/// the number of paths (`-∞` when none).
 fn count(
     pag: &Pag,
     g: Succ<'_>,
     order: &[u32],
     starts: &[u32],
     ends: &[u32],
-) -> (Vec<f64>, f64, f64) {
+    out: &mut Counts<'_>,
+) -> (f64, f64) {
     let n = pag.nodes;
-    let mut f = vec![Count::ZERO; n];
+    let Counts { f, b, cp } = out;
+    refill(f, n, Count::ZERO);
     for &s in starts {
         f[s as usize] = Count::ONE;
     }
@@ -227,14 +284,12 @@ fn count(
     let paths = ends
         .iter()
         .fold(Count::ZERO, |acc, &e| acc.add(f[e as usize]));
+    cp.clear();
     if paths.m == 0.0 {
-        return (
-            vec![0.0; pag.edges.len()],
-            f64::NEG_INFINITY,
-            f64::NEG_INFINITY,
-        );
+        cp.resize(pag.edges.len(), 0.0);
+        return (f64::NEG_INFINITY, f64::NEG_INFINITY);
     }
-    let mut b = vec![Count::ZERO; n];
+    refill(b, n, Count::ZERO);
     for &e in ends {
         b[e as usize] = Count::ONE;
     }
@@ -249,10 +304,7 @@ fn count(
     // length of all paths (so scaled).
     let top = paths.e;
     let mut length = 0.0;
-    let mut cp: Vec<f64> = pag
-        .edges
-        .iter()
-        .map(|e| {
+    cp.extend(pag.edges.iter().map(|e| {
             let (f, b) = (f[e.from as usize], b[e.to as usize]);
             if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
                 return 0.0;
@@ -261,21 +313,20 @@ fn count(
             let c = e.w as f64 * f.m * b.m * down;
             length += c;
             c
-        })
-        .collect();
+    }));
     if length == 0.0 {
-        return (cp, f64::NEG_INFINITY, paths.ln());
+        return (f64::NEG_INFINITY, paths.ln());
     }
     cp.iter_mut().for_each(|c| *c /= length);
     let length = Count { m: length, e: top };
-    (cp, length.ln(), paths.ln())
+    (length.ln(), paths.ln())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::trace::event::{DATA_BIT, Event, NO_OP};
-    use crate::trace::graph::{LaneInput, build, build_with};
+    use crate::trace::graph::{GraphScratch, LaneInput, build, build_with, build_into};
     use std::collections::BTreeMap;
 
     /// A small seeded generator (SplitMix64), so failures reproduce.
@@ -431,6 +482,13 @@ mod tests {
     fn path_counting_equals_enumeration_on_random_graphs() {
         let mut rng = Rng(0x5EED);
         let (mut spanning, mut busy) = (0, 0);
+        // One memory for all cases, as the collector keeps one: what a
+        // case leaves behind must not change the next one's counts.
+        let (mut pag, mut graph, mut scratch) = (
+            Pag::default(),
+            GraphScratch::default(),
+            CpScratch::default(),
+        );
         for case in 0..500 {
             let lanes = random_lanes(&mut rng);
             let inputs: Vec<LaneInput<'_>> = lanes
@@ -440,9 +498,11 @@ mod tests {
                     events: e,
                 })
                 .collect();
-            let pag = build(&inputs, 0, 1000);
-            let (fast, ln_paths, paths) = critical_participation(&pag);
-            let (mut slow, mut total) = brute_force(&pag, &pag.starts, &pag.ends);
+            build_into(&mut pag, &mut graph, &inputs, 0, 1000, true);
+            let pag = &pag;
+            let (ln_paths, paths) = critical_participation_in(pag, &mut scratch);
+            let fast = &scratch.cp;
+            let (mut slow, mut total) = brute_force(pag, &pag.starts, &pag.ends);
             if total > 0 {
                 assert_eq!(paths, Paths::Spanning, "case {case}");
                 spanning += 1;

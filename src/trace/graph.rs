@@ -54,6 +54,7 @@ impl PagEdge {
     }
 }
 
+#[derive(Default)]
 pub(crate) struct Pag {
     pub(crate) nodes: usize,
     /// Each lane's node at the window's start, and at its end.
@@ -97,31 +98,69 @@ struct Segment {
 /// path through one of the run's activities runs through all of them, and
 /// each piece's CP is its share of the run's by duration. It makes the
 /// graph several times smaller than one node per span.
+#[cfg(test)]
 pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
     build_with(lanes, ws, we, true)
 }
 
 /// As [`build`]; `compact: false` makes a node at every span boundary
 /// (SnailTrail's graph as drawn, for tests of the compaction).
+#[cfg(test)]
 pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: bool) -> Pag {
+    let mut pag = Pag::default();
+    build_into(&mut pag, &mut GraphScratch::default(), lanes, ws, we, compact);
+    pag
+}
+
+/// The buffers a graph is built with, kept from one window to the next:
+/// a window's tens of megabytes allocated afresh each time were fresh
+/// pages from the kernel, a quarter of the analysis (`perf`: page faults,
+/// page clearing and `munmap`).
+#[derive(Default)]
+pub(crate) struct GraphScratch {
+    sends: Vec<End>,
+    recvs: Vec<End>,
+    spans: Vec<Segment>,
+    instants: Vec<(u64, Event)>,
+    segs: Vec<Segment>,
+    join: JoinScratch,
+}
+
+/// Clears `v` and makes room for `n`, keeping its allocation.
+fn reuse<T>(v: &mut Vec<T>, n: usize) {
+    v.clear();
+    v.reserve(n);
+}
+
+/// Builds the compacted graph (see [`build`]) into `pag`, reusing its
+/// buffers and `scratch`'s.
+pub(crate) fn build_into(
+    pag: &mut Pag,
+    scratch: &mut GraphScratch,
+    lanes: &[LaneInput<'_>],
+    ws: u64,
+    we: u64,
+    compact: bool,
+) {
     let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
-    let mut pag = Pag {
-        nodes: 0,
-        starts: Vec::with_capacity(lanes.len()),
-        ends: Vec::with_capacity(lanes.len()),
-        edges: Vec::with_capacity(logged / 2 + 2 * lanes.len()),
-        pieces: Vec::with_capacity(logged * 2),
-        carries_next: Vec::with_capacity(logged / 2 + 2 * lanes.len()),
-        first_message: 0,
-        span: we.saturating_sub(ws),
-        events: 0,
-    };
+    reuse(&mut pag.starts, lanes.len());
+    reuse(&mut pag.ends, lanes.len());
+    reuse(&mut pag.edges, logged / 2 + 2 * lanes.len());
+    reuse(&mut pag.pieces, logged);
+    reuse(&mut pag.carries_next, logged / 2 + 2 * lanes.len());
+    (pag.nodes, pag.first_message, pag.events) = (0, 0, 0);
+    pag.span = we.saturating_sub(ws);
     // Message ends, to join once every lane is in.
-    let mut sends: Vec<End> = Vec::with_capacity(logged / 4);
-    let mut recvs: Vec<End> = Vec::with_capacity(logged / 4);
-    let mut spans = Vec::new();
-    let mut instants: Vec<(u64, Event)> = Vec::new();
-    let mut segs = Vec::new();
+    let GraphScratch {
+        sends,
+        recvs,
+        spans,
+        instants,
+        segs,
+        join: join_scratch,
+    } = scratch;
+    reuse(sends, logged / 4);
+    reuse(recvs, logged / 4);
     for (lane_ix, lane) in lanes.iter().enumerate() {
         let lane_ix = lane_ix as u32;
         spans.clear();
@@ -152,11 +191,11 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
         if !instants.is_sorted_by_key(|(t, _)| *t) {
             instants.sort_by_key(|(t, _)| *t);
         }
-        flatten(&spans, lane.gap, ws, we, &mut segs);
+        flatten(spans, lane.gap, ws, we, segs);
 
         let mut run = Run {
             lane: lane_ix,
-            node: new_node(&mut pag),
+            node: new_node(pag),
             t: ws,
             first_piece: pag.pieces.len() as u32,
             waits: false,
@@ -164,13 +203,13 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
         };
         pag.starts.push(run.node);
         let mut ii = 0;
-        for seg in &segs {
+        for seg in segs.iter() {
             let mut from = seg.start;
             while ii < instants.len() && instants[ii].0 <= seg.end {
                 let (t, e) = instants[ii];
                 let t = t.max(from);
-                run.piece(&mut pag, from, t, seg);
-                run.close(&mut pag, t);
+                run.piece(pag, from, t, seg);
+                run.close(pag, t);
                 let end = End {
                     id: e.id,
                     t,
@@ -185,13 +224,13 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
                 from = t;
                 ii += 1;
             }
-            run.piece(&mut pag, from, seg.end, seg);
+            run.piece(pag, from, seg.end, seg);
         }
-        run.close(&mut pag, we);
+        run.close(pag, we);
         pag.ends.push(run.node);
     }
     pag.first_message = pag.edges.len();
-    join(&sends, &recvs, |send, recv| {
+    join(join_scratch, sends, recvs, |send, recv| {
         if send.t <= recv.t {
             pag.edges.push(PagEdge {
                 from: send.node,
@@ -209,7 +248,6 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
             });
         }
     });
-    pag
 }
 
 /// One end of a message: its point in the graph.
@@ -229,7 +267,7 @@ struct End {
 /// edges then come in the receive ends' order (lane by lane, in time), so
 /// that later passes read the graph's points in a few ordered streams
 /// rather than in the hash's order.
-fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
+fn join(j: &mut JoinScratch, sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
     let bits = (sends.len() / 2048)
         .max(1)
         .next_power_of_two()
@@ -238,13 +276,22 @@ fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
     // Bits of the hash that neither the table's buckets nor its tags use
     // (see `IdHasher`), so a part's ids still spread in its table.
     let part = |id: u64| ((id.wrapping_mul(ID_MIX) >> 44) & ((1 << bits) - 1)) as usize;
-    let (sends_by_part, s_first) = scatter(sends, 1 << bits, part);
-    let (recvs_by_part, r_first) = scatter(recvs, 1 << bits, part);
+    let JoinScratch {
+        sends_by_part,
+        s_first,
+        recvs_by_part,
+        r_first,
+        table,
+        send_of,
+    } = j;
+    scatter(sends, 1 << bits, part, sends_by_part, s_first);
+    scatter(recvs, 1 << bits, part, recvs_by_part, r_first);
     let largest = s_first.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let mut table: HashMap<u64, u32, BuildHasherDefault<IdHasher>> =
-        HashMap::with_capacity_and_hasher(largest, Default::default());
+    table.clear();
+    table.reserve(largest);
     // For each receive end, the index of its send end in `sends`.
-    let mut send_of = vec![u32::MAX; recvs.len()];
+    send_of.clear();
+    send_of.resize(recvs.len(), u32::MAX);
     for p in 0..1 << bits {
         table.clear();
         for &(id, i) in &sends_by_part[s_first[p]..s_first[p + 1]] {
@@ -256,35 +303,55 @@ fn join(sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
             }
         }
     }
-    for (r, &i) in recvs.iter().zip(&send_of) {
+    for (r, &i) in recvs.iter().zip(send_of.iter()) {
         if i != u32::MAX {
             edge(&sends[i as usize], r);
         }
     }
 }
 
-/// `(id, index in ends)` of `ends` grouped by `part` (in their order within
-/// a part), and where each part begins.
+/// The join's buffers (see [`GraphScratch`]).
+#[derive(Default)]
+struct JoinScratch {
+    sends_by_part: Vec<(u64, u32)>,
+    s_first: Vec<usize>,
+    recvs_by_part: Vec<(u64, u32)>,
+    r_first: Vec<usize>,
+    table: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    send_of: Vec<u32>,
+}
+
+/// Fills `out` with `(id, index in ends)` of `ends` grouped by `part` (in
+/// their order within a part), and `first` with where each part begins.
 fn scatter(
     ends: &[End],
     parts: usize,
     part: impl Fn(u64) -> usize,
-) -> (Vec<(u64, u32)>, Vec<usize>) {
-    let mut first = vec![0usize; parts + 1];
+    out: &mut Vec<(u64, u32)>,
+    first: &mut Vec<usize>,
+) {
+    first.clear();
+    first.resize(parts + 1, 0);
     for e in ends {
         first[part(e.id) + 1] += 1;
     }
     for p in 0..parts {
         first[p + 1] += first[p];
     }
-    let mut fill = first.clone();
-    let mut out = vec![(0, 0); ends.len()];
+    // Each part's next free slot, walking up from its start: `first[p]`
+    // is restored from `first[p - 1]`'s end below.
+    out.clear();
+    out.resize(ends.len(), (0, 0));
     for (i, e) in ends.iter().enumerate() {
         let p = part(e.id);
-        out[fill[p]] = (e.id, i as u32);
-        fill[p] += 1;
+        out[first[p]] = (e.id, i as u32);
+        first[p] += 1;
     }
-    (out, first)
+    // `first[p]` is now where part `p + 1` begins.
+    for p in (1..=parts).rev() {
+        first[p] = first[p - 1];
+    }
+    first[0] = 0;
 }
 
 /// The open run of one lane: the activities since its last node.
@@ -520,12 +587,22 @@ mod tests {
             .iter()
             .filter_map(|r| one_table.get(&r.id).map(|&n| (r.id, n)))
             .collect();
-        let mut got = Vec::new();
-        join(&sends, &recvs, |s, r| got.push((r.id, s.node)));
         want.sort_unstable();
-        got.sort_unstable();
-        assert_eq!(got.len(), 16_000);
-        assert_eq!(got, want);
+        // Buffers kept from a larger join, with more parts, and from a
+        // smaller one give the same answer as fresh ones.
+        let mut scratch = JoinScratch::default();
+        let bigger: Vec<End> = (0..50_000).map(|i| end(i * 3 + 1, i, 7, 0)).collect();
+        join(&mut scratch, &bigger, &bigger, |_, _| {});
+        for _ in 0..2 {
+            let mut got = Vec::new();
+            join(&mut scratch, &sends, &recvs, |s, r| got.push((r.id, s.node)));
+            got.sort_unstable();
+            assert_eq!(got.len(), 16_000);
+            assert_eq!(got, want);
+        }
+        let mut got = 0;
+        join(&mut scratch, &sends[..100], &recvs[..100], |_, _| got += 1);
+        assert!(got > 50, "{got}");
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::cp::{Paths, critical_participation};
+use super::cp::{CpScratch, Paths, critical_participation_in};
 use super::event::{Event, Kind, NO_OP};
-use super::graph::{LaneInput, build};
+use super::graph::{GraphScratch, LaneInput, Pag, build_into};
 
 /// One lane's events with what the report names it by.
 pub(crate) struct LaneView<'a> {
@@ -111,10 +111,40 @@ impl Acc {
 /// (receiving lane, sending lane, activity, operator)
 type GroupKey = (u32, u32, Kind, u16);
 
+/// What an analysis builds, kept by whoever analyses window after window
+/// so that each reuses the memory of the one before: allocated afresh,
+/// a window of a million events was fresh pages from the kernel each
+/// time, a third of its analysis.
+#[derive(Default)]
+pub(crate) struct Analysis {
+    pag: Pag,
+    graph: GraphScratch,
+    cp: CpScratch,
+    /// The most events a window analysed in this memory had.
+    sized_for: usize,
+}
+
 /// Builds the graph of `[ws, we)` and sums its critical participation.
 /// `start_unix_ms` and `dropped` are left for the caller.
-pub(crate) fn analyze<'a>(lanes: &[LaneView<'a>], ws: u64, we: u64) -> WindowReport {
+#[cfg(test)]
+pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport {
+    analyze_in(&mut Analysis::default(), lanes, ws, we)
+}
+
+/// As [`analyze`], in `a`'s memory.
+pub(crate) fn analyze_in<'a>(
+    a: &mut Analysis,
+    lanes: &[LaneView<'a>],
+    ws: u64,
+    we: u64,
+) -> WindowReport {
     let started = Instant::now();
+    // What a burst left is let go once windows are a quarter of its size.
+    let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
+    if logged.saturating_mul(4) < a.sized_for {
+        *a = Analysis::default();
+    }
+    a.sized_for = a.sized_for.max(logged);
     let inputs: Vec<LaneInput<'_>> = lanes
         .iter()
         .map(|l| LaneInput {
@@ -122,8 +152,10 @@ pub(crate) fn analyze<'a>(lanes: &[LaneView<'a>], ws: u64, we: u64) -> WindowRep
             events: l.events,
         })
         .collect();
-    let pag = build(&inputs, ws, we);
-    let (cp, ln_paths, paths) = critical_participation(&pag);
+    let Analysis { pag, graph, cp, .. } = a;
+    build_into(pag, graph, &inputs, ws, we, true);
+    let (ln_paths, paths) = critical_participation_in(pag, cp);
+    let cp = &cp.cp;
     let (mut activities, mut operators, mut workers, mut peers) = (
         Acc::default(),
         Acc::default(),
@@ -153,7 +185,7 @@ pub(crate) fn analyze<'a>(lanes: &[LaneView<'a>], ws: u64, we: u64) -> WindowRep
     };
     let mut local = vec![(0.0f64, 0u64); lanes.len() * kinds * slots];
     let mut messages = vec![(0.0f64, 0u64, false); lanes.len() * lanes.len() * 2];
-    for (e, &c) in pag.edges.iter().zip(&cp) {
+    for (e, &c) in pag.edges.iter().zip(cp) {
         if e.is_message() {
             let k = usize::from(e.kind == Kind::ControlMessage);
             let g = &mut messages[(e.to_lane as usize * lanes.len() + e.lane as usize) * 2 + k];

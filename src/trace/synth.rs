@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::event::{DATA_BIT, Event, Kind, NO_OP};
 use super::lane::{LaneName, wire_id};
-use super::report::{LaneView, WindowReport, analyze};
+use super::report::{Analysis, LaneView, WindowReport, analyze_in};
 
 pub(crate) struct SynthLane {
     pub(crate) name: LaneName,
@@ -301,7 +301,12 @@ impl Sim {
 }
 
 /// Analyses synthetic lanes as the collector analyses real ones.
-pub(crate) fn analyze_lanes(lanes: &[SynthLane], ws: u64, we: u64) -> WindowReport {
+pub(crate) fn analyze_lanes(
+    a: &mut Analysis,
+    lanes: &[SynthLane],
+    ws: u64,
+    we: u64,
+) -> WindowReport {
     let views: Vec<LaneView<'_>> = lanes
         .iter()
         .map(|l| LaneView {
@@ -313,7 +318,7 @@ pub(crate) fn analyze_lanes(lanes: &[SynthLane], ws: u64, we: u64) -> WindowRepo
             events: &l.events,
         })
         .collect();
-    analyze(&views, ws, we)
+    analyze_in(a, &views, ws, we)
 }
 
 #[cfg(test)]
@@ -323,7 +328,7 @@ mod tests {
     #[test]
     fn a_synthetic_window_sums_to_one_per_dimension() {
         let lanes = pipeline(2, 2, 1_000_000_000, 3_000, 7);
-        let r = analyze_lanes(&lanes, 0, 1_000_000_000);
+        let r = analyze_lanes(&mut Analysis::default(), &lanes, 0, 1_000_000_000);
         // Four workers that wait most of the time all wait at once
         // somewhere in a second: CP is over the busy periods.
         assert_eq!(r.paths, "busy");
@@ -351,5 +356,26 @@ mod tests {
             .expect("waits");
         assert_eq!(waiting.cp, 0.0);
         assert!(waiting.share.unwrap_or(0.0) > 0.0);
+    }
+
+    /// The collector analyses every window in the memory of the one
+    /// before: nothing of a larger or denser window may leak into the next.
+    #[test]
+    fn a_reused_analysis_answers_as_a_fresh_one() {
+        let second = 1_000_000_000;
+        let windows = [
+            pipeline(2, 2, second, 6_000, 1),
+            pipeline(1, 2, second, 1_500, 2),
+            pipeline(2, 1, second, 3_000, 3),
+            pipeline(1, 1, second, 200, 4),
+        ];
+        let mut reused = Analysis::default();
+        for lanes in windows.iter().chain(windows.iter().rev()) {
+            let mut fresh = analyze_lanes(&mut Analysis::default(), lanes, 0, second);
+            let mut again = analyze_lanes(&mut reused, lanes, 0, second);
+            assert!(fresh.events > 0);
+            (fresh.analysis_ms, again.analysis_ms) = (0.0, 0.0);
+            assert_eq!(fresh, again);
+        }
     }
 }
