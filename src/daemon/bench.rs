@@ -21,10 +21,10 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
         } => super::bench_migration::migration(json, keys, bins, &plot),
         Workload::Bins { events, json } => super::bench_migration::bins(events, json),
         Workload::Trace {
-            events,
+            seconds,
             density,
             json,
-        } => super::bench_trace::bench(events, density, json),
+        } => super::bench_trace::bench(seconds, density, json),
         Workload::Tune {
             day,
             peak,

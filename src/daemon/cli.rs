@@ -284,9 +284,10 @@ pub(crate) enum Workload {
     /// the analysis speed in events per second on one core, and the time
     /// to analyse a 1 s window of a 2-node, 4-worker pipeline.
     Trace {
-        /// Events per throughput run.
-        #[arg(long, default_value_t = 3_000_000)]
-        events: u64,
+        /// Length of each of the two runs (as fast as it goes, and at a
+        /// fixed rate), in which tracing is switched on and off every second.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
         /// Analysis only, at this many events per worker-second (no
         /// pipeline runs: the overhead figures are left out).
         #[arg(long)]

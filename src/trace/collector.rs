@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::event::Event;
 use super::lane::Lane;
 use super::peers::{self, RemoteLane};
-use super::report::{Analysis, LaneView, analyze_in};
+use super::report::{Analysis, LaneView, analyze};
 use super::{KEEP_WINDOWS, TRACER, on, window_ms};
 use crate::exec::clock;
 
@@ -223,7 +223,7 @@ fn window(
         .zip(labels)
         .filter_map(|(p, label)| p.view(label, now))
         .collect();
-    let mut report = analyze_in(a, &views, ws, we);
+    let mut report = analyze(a, &views, ws, we);
     report.dropped = dropped;
     let unix_now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

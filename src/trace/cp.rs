@@ -305,14 +305,14 @@ fn count(
     let top = paths.e;
     let mut length = 0.0;
     cp.extend(pag.edges.iter().map(|e| {
-            let (f, b) = (f[e.from as usize], b[e.to as usize]);
-            if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
-                return 0.0;
-            }
-            let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
-            let c = e.w as f64 * f.m * b.m * down;
-            length += c;
-            c
+        let (f, b) = (f[e.from as usize], b[e.to as usize]);
+        if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
+            return 0.0;
+        }
+        let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
+        let c = e.w as f64 * f.m * b.m * down;
+        length += c;
+        c
     }));
     if length == 0.0 {
         return (f64::NEG_INFINITY, paths.ln());
@@ -326,7 +326,7 @@ fn count(
 mod tests {
     use super::*;
     use crate::trace::event::{DATA_BIT, Event, NO_OP};
-    use crate::trace::graph::{GraphScratch, LaneInput, build, build_with, build_into};
+    use crate::trace::graph::{GraphScratch, LaneInput, build, build_into, build_with};
     use std::collections::BTreeMap;
 
     /// A small seeded generator (SplitMix64), so failures reproduce.
@@ -508,8 +508,8 @@ mod tests {
                 spanning += 1;
             } else {
                 // No spanning path: the maximal paths between waits.
-                let (starts, ends) = busy_ends(&pag);
-                (slow, total) = brute_force(&pag, &starts, &ends);
+                let (starts, ends) = busy_ends(pag);
+                (slow, total) = brute_force(pag, &starts, &ends);
                 if slow.iter().any(|&c| c > 0.0) {
                     assert_eq!(paths, Paths::Busy, "case {case}");
                     busy += 1;
@@ -535,7 +535,7 @@ mod tests {
             };
             let (fine_cp, fine_total) = brute_force(&fine, &fine_starts, &fine_ends);
             assert_eq!(fine_total, total, "case {case}: paths");
-            let (want, got) = (by_activity(&fine, &fine_cp), by_activity(&pag, &fast));
+            let (want, got) = (by_activity(&fine, &fine_cp), by_activity(pag, fast));
             assert_eq!(
                 want.keys().collect::<Vec<_>>(),
                 got.keys().collect::<Vec<_>>(),

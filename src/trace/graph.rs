@@ -108,7 +108,14 @@ pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
 #[cfg(test)]
 pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: bool) -> Pag {
     let mut pag = Pag::default();
-    build_into(&mut pag, &mut GraphScratch::default(), lanes, ws, we, compact);
+    build_into(
+        &mut pag,
+        &mut GraphScratch::default(),
+        lanes,
+        ws,
+        we,
+        compact,
+    );
     pag
 }
 
@@ -595,7 +602,9 @@ mod tests {
         join(&mut scratch, &bigger, &bigger, |_, _| {});
         for _ in 0..2 {
             let mut got = Vec::new();
-            join(&mut scratch, &sends, &recvs, |s, r| got.push((r.id, s.node)));
+            join(&mut scratch, &sends, &recvs, |s, r| {
+                got.push((r.id, s.node))
+            });
             got.sort_unstable();
             assert_eq!(got.len(), 16_000);
             assert_eq!(got, want);

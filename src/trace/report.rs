@@ -124,15 +124,9 @@ pub(crate) struct Analysis {
     sized_for: usize,
 }
 
-/// Builds the graph of `[ws, we)` and sums its critical participation.
-/// `start_unix_ms` and `dropped` are left for the caller.
-#[cfg(test)]
-pub(crate) fn analyze(lanes: &[LaneView<'_>], ws: u64, we: u64) -> WindowReport {
-    analyze_in(&mut Analysis::default(), lanes, ws, we)
-}
-
-/// As [`analyze`], in `a`'s memory.
-pub(crate) fn analyze_in<'a>(
+/// Builds the graph of `[ws, we)` in `a`'s memory and sums its critical
+/// participation. `start_unix_ms` and `dropped` are left for the caller.
+pub(crate) fn analyze<'a>(
     a: &mut Analysis,
     lanes: &[LaneView<'a>],
     ws: u64,

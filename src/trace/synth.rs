@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::event::{DATA_BIT, Event, Kind, NO_OP};
 use super::lane::{LaneName, wire_id};
-use super::report::{Analysis, LaneView, WindowReport, analyze_in};
+use super::report::{Analysis, LaneView, WindowReport, analyze};
 
 pub(crate) struct SynthLane {
     pub(crate) name: LaneName,
@@ -318,7 +318,7 @@ pub(crate) fn analyze_lanes(
             events: &l.events,
         })
         .collect();
-    analyze_in(a, &views, ws, we)
+    analyze(a, &views, ws, we)
 }
 
 #[cfg(test)]
