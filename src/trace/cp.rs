@@ -98,8 +98,7 @@ pub(crate) enum Paths {
     None,
 }
 
-/// The CP of every edge of `pag` (0 for waiting edges), `ln` of the number
-/// of paths it is over, and which paths those are.
+/// [`critical_participation_in`] in fresh memory, returning the CPs.
 #[cfg(test)]
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     let mut scratch = CpScratch::default();
@@ -129,8 +128,9 @@ fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
     v.resize(n, x);
 }
 
-/// As [`critical_participation`], with the CP of every edge left in
-/// `scratch.cp`.
+/// The CP of every edge of `pag` (0 for waiting edges; left in
+/// `scratch.cp`), `ln` of the number of paths it is over, and which paths
+/// those are.
 pub(crate) fn critical_participation_in(pag: &Pag, scratch: &mut CpScratch) -> (f64, Paths) {
     let n = pag.nodes;
     let CpScratch {

@@ -90,14 +90,7 @@ struct Segment {
     op: u16,
 }
 
-/// Builds the PAG of `[ws, we)` from each lane's events (in any order),
-/// compacted: a node only where a message starts or ends, where a lane
-/// starts or stops waiting, and at the window's ends. A run of activities
-/// between two such points is one edge holding them as pieces. That loses
-/// nothing: every point inside a run has one edge in and one out, so every
-/// path through one of the run's activities runs through all of them, and
-/// each piece's CP is its share of the run's by duration. It makes the
-/// graph several times smaller than one node per span.
+/// [`build_into`] in fresh memory.
 #[cfg(test)]
 pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
     build_with(lanes, ws, we, true)
@@ -139,8 +132,15 @@ fn reuse<T>(v: &mut Vec<T>, n: usize) {
     v.reserve(n);
 }
 
-/// Builds the compacted graph (see [`build`]) into `pag`, reusing its
-/// buffers and `scratch`'s.
+/// Builds the PAG of `[ws, we)` from each lane's events (in any order)
+/// into `pag`, reusing its buffers and `scratch`'s; with `compact`,
+/// compacted: a node only where a message starts or ends, where a lane
+/// starts or stops waiting, and at the window's ends. A run of activities
+/// between two such points is one edge holding them as pieces. That loses
+/// nothing: every point inside a run has one edge in and one out, so every
+/// path through one of the run's activities runs through all of them, and
+/// each piece's CP is its share of the run's by duration. It makes the
+/// graph several times smaller than one node per span.
 pub(crate) fn build_into(
     pag: &mut Pag,
     scratch: &mut GraphScratch,
