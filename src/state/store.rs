@@ -104,6 +104,34 @@ impl Drop for Store {
     }
 }
 
+/// How long an open waits for sled's lock on its files.
+const SLED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens sled in `dir`. The data dir's own lock is already held, so a
+/// process holding sled's lock on the files is this one: a store just
+/// dropped, whose flusher thread lets the lock go a moment after the drop
+/// (a test reopening a store at once failed on it now and then). So a
+/// lock held elsewhere is waited for, briefly.
+fn open_sled(dir: &Path, cache_bytes: u64) -> sled::Result<sled::Db> {
+    let started = std::time::Instant::now();
+    loop {
+        let opened = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes.max(1 << 20))
+            .open();
+        match opened {
+            // sled says so only in the message (an `Other` error).
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < SLED_LOCK_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Store {
     /// Opens the store in `DATA_DIR/state`, locking the data dir. Leftovers
     /// of a checkpoint that did not complete are removed.
@@ -113,11 +141,7 @@ impl Store {
         let err = |what: &str, e: sled::Error| {
             StoreError(format!("state in {}: {what}: {e}", dir.display()))
         };
-        let db = sled::Config::new()
-            .path(&dir)
-            .cache_capacity(cache_bytes.max(1 << 20))
-            .open()
-            .map_err(|e| err("cannot open", e))?;
+        let db = open_sled(&dir, cache_bytes).map_err(|e| err("cannot open", e))?;
         let checkpoints = db
             .open_tree("checkpoints")
             .map_err(|e| err("cannot open the checkpoint list", e))?;
@@ -649,6 +673,18 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// sled lets its file lock go a moment after its last handle drops:
+    /// `eddy state import` and tests reopen a store at once.
+    #[test]
+    fn a_store_reopens_at_once_after_a_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..100 {
+            let store =
+                Store::open(dir.path(), 1 << 20).unwrap_or_else(|e| panic!("open {i}: {e:?}"));
+            drop(store);
+        }
+    }
 
     fn record(id: u64, ops: &[&str]) -> CheckpointRecord {
         CheckpointRecord {
