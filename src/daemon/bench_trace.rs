@@ -108,6 +108,23 @@ fn run(periods: usize, rate: Option<u64>) -> Result<(Periods, Periods), String> 
             .and_then(|c| c.latency_us);
         (records, latency)
     };
+    // Whatever the periods meet, the run is stopped and tracing left off.
+    let measured = measure_periods(periods, &read);
+    trace::set_enabled(false);
+    stop.store(true, Relaxed);
+    let report = running.wait();
+    if let Some(f) = report.failure {
+        return Err(f);
+    }
+    measured
+}
+
+/// Switches tracing every [`PERIOD`] (off first) and splits what `read`
+/// says (records so far, latencies so far) into the on and off periods.
+fn measure_periods(
+    periods: usize,
+    read: &dyn Fn() -> (u64, Option<Histogram<u64>>),
+) -> Result<(Periods, Periods), String> {
     let (mut off, mut on) = (Periods::default(), Periods::default());
     // The first second is warm-up (threads, tables, the first windows).
     std::thread::sleep(Duration::from_secs(1));
@@ -129,12 +146,6 @@ fn run(periods: usize, rate: Option<u64>) -> Result<(Periods, Periods), String> 
         let side = if tracing { &mut on } else { &mut off };
         side.add(now_records - records, seconds, &delta);
         (records, latency) = (now_records, now_latency);
-    }
-    trace::set_enabled(false);
-    stop.store(true, Relaxed);
-    let report = running.wait();
-    if let Some(f) = report.failure {
-        return Err(f);
     }
     Ok((off, on))
 }
