@@ -679,3 +679,95 @@ fn the_controller_sizes_for_the_forecast_peak() {
     let (source, _) = offered(false);
     assert!(source["offered_per_s"].is_null(), "{source}");
 }
+
+/// `profile_on = "peers"`: node-0 has its profiling runs made on node-1's
+/// spare cores. It asks over the mesh; node-1 starts the run as a child
+/// of its own (in its own data dir), measures it and answers; node-0's
+/// optimiser learns from it. Each `GET /tune` says where the runs went.
+#[test]
+fn profiling_runs_are_made_on_a_peer() {
+    let s = Scratch::new();
+    let m = Members::start(&s, 2, 1, 16, |i| {
+        let profile = if i == 0 {
+            "profile = true\nprofile_on = \"peers\"\nprofile_interval = \"1s\"\nprofile_duration = \"1s\""
+        } else {
+            "profile = false"
+        };
+        format!(
+            "[tune]\nenabled = true\nstep = \"200ms\"\nhorizon = \"2s\"\nlatency_p99_ms = 50\n\
+             max_recovery_s = 5\n{profile}\n\n[sources.g]\ntype = \"generator\"\nrate = 2000\n\n\
+             [sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"
+        )
+    });
+    let peer_pid = m.nodes[1].0.as_ref().unwrap().id();
+    // A run under way on node-1 is node-1's child, in node-1's data dir.
+    let scratch = s.path("node-1-data/tune-profile-peer");
+    let scratch = scratch.to_string_lossy();
+    let children = || -> Vec<u32> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let (Ok(cmd), Ok(stat)) = (
+                std::fs::read(e.path().join("cmdline")),
+                std::fs::read_to_string(e.path().join("stat")),
+            ) else {
+                continue;
+            };
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            if cmd.contains(&*scratch) {
+                found.push(ppid.unwrap_or(0));
+            }
+        }
+        found
+    };
+    let parents = wait_until(
+        "a profiling run on node-1",
+        Duration::from_secs(90),
+        || {
+            let c = children();
+            (!c.is_empty()).then_some(c)
+        },
+        || m.logs(&s),
+    );
+    assert!(
+        parents.iter().all(|&p| p == peer_pid),
+        "runs {parents:?} are not node-1's ({peer_pid}) children"
+    );
+    let v = wait_longer(m.api[0], "two runs made on node-1", 180, |v| {
+        v["profiling"]["runs_on_peers"].as_u64() >= Some(2)
+            && v["optimizer"]["observations"]
+                .as_array()
+                .is_some_and(|o| o.len() >= 2)
+    });
+    let p = &v["profiling"];
+    assert_eq!(p["on"], "peers", "{p}");
+    assert_eq!(p["runs"], p["runs_on_peers"], "{p}");
+    assert_eq!(p["last_place"], "node-1", "{p}");
+    assert!(
+        p["cap"].as_str().unwrap().starts_with("on node-1: cores ["),
+        "{p}"
+    );
+    for o in v["optimizer"]["observations"].as_array().unwrap() {
+        let f = |k: &str| o[k].as_f64().unwrap_or_else(|| panic!("{k} in {o}"));
+        assert!(f("cpu_s") > 0.0 && f("peak_memory_bytes") > 1e6, "{o}");
+        assert!(f("latency_p99_ms") > 0.0 && f("recovery_s") > 0.0, "{o}");
+    }
+    let served = &tune_state(m.api[1])["profiling"]["served"];
+    assert!(served["runs"].as_u64() >= Some(2), "{served}");
+    assert_eq!(served["last_asker"], "node-0", "{served}");
+    let text = eddy_tune(m.api[0], &[]);
+    assert!(
+        text.contains("(profile_on = peers: ") && text.contains("the last on node-1"),
+        "{text}"
+    );
+    let text = eddy_tune(m.api[1], &[]);
+    assert!(text.contains("made for peers: "), "{text}");
+    assert!(
+        m.logs(&s)
+            .contains("tuner: making a profiling run for node-0"),
+        "{}",
+        m.logs(&s)
+    );
+}

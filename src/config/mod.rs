@@ -20,7 +20,7 @@ pub(crate) use model::*;
 pub(crate) use mqtt::{MqttSinkConfig, MqttSourceConfig};
 pub(crate) use net::{HttpUrl, NetProtocol, NetSinkSettings, NetSourceSettings};
 pub(crate) use table::parse_duration;
-pub(crate) use tune::{Setting, TuneConfig, Unit, fmt as tune_fmt};
+pub(crate) use tune::{ProfileOn, Setting, TuneConfig, Unit, fmt as tune_fmt};
 
 /// ` (did you mean `x`?)` when one of `candidates` is close to `word`.
 pub(crate) fn suggest_name<'a>(

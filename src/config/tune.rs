@@ -69,6 +69,18 @@ const SETTINGS: [SettingDefault; 5] = [
     ("flush_interval", Unit::Millis, [1, 100], [1, 60_000], true),
 ];
 
+/// Where a node makes its profiling runs (`[tune] profile_on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProfileOn {
+    /// On the member of the mesh with the most idle cores: this node
+    /// unless a peer has half a core more (or this node if it has no mesh).
+    Auto,
+    /// Always on this node.
+    Local,
+    /// Only on peers (a device that must not spend its own cores).
+    Peers,
+}
+
 /// `[tune]`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TuneConfig {
@@ -98,6 +110,8 @@ pub(crate) struct TuneConfig {
     /// `profile_memory`: a profiling run's data memory at most
     /// (`RLIMIT_DATA`). Default 1 GiB.
     pub(crate) profile_memory_bytes: u64,
+    /// `profile_on`: where profiling runs are made. Default `auto`.
+    pub(crate) profile_on: ProfileOn,
     /// `apply`: whether the choice is applied to the running pipeline.
     /// Default `true`.
     pub(crate) apply: bool,
@@ -130,6 +144,7 @@ impl Default for TuneConfig {
             profile_duration_ms: 5_000,
             profile_interval_ms: 300_000,
             profile_memory_bytes: 1 << 30,
+            profile_on: ProfileOn::Auto,
             apply: true,
             apply_threshold: 0.2,
         }
@@ -236,6 +251,13 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
         } else {
             c.profile_memory_bytes = bytes;
         }
+    }
+    if let Some(on) = t.choice(d, "profile_on", &["auto", "local", "peers"]) {
+        c.profile_on = match on.value {
+            "local" => ProfileOn::Local,
+            "peers" => ProfileOn::Peers,
+            _ => ProfileOn::Auto,
+        };
     }
     if let Some(b) = t.boolean(d, "apply") {
         c.apply = b.value;
@@ -400,7 +422,8 @@ mod tests {
              checkpoint_interval = [\"500ms\", \"2m\"]\nbatch_size = [1, 65536]\n\
              flush_interval = [\"5ms\", \"5ms\"]\nlatency_p99_ms = 2.5\nmax_recovery_s = 4\n\
                           horizon = \"2s\"\nstep = \"200ms\"\nprofile = false\nprofile_duration = \"1s\"\n\
-             profile_interval = \"3s\"\nprofile_memory = \"256MiB\"\napply = false\napply_threshold = 0.5",
+             profile_interval = \"3s\"\nprofile_memory = \"256MiB\"\napply = false\napply_threshold = 0.5\n\
+             profile_on = \"peers\"",
         );
         assert!(out.is_empty(), "{out}");
         assert!(c.enabled);
@@ -426,6 +449,7 @@ mod tests {
         );
         assert_eq!(c.profile_memory_bytes, 256 << 20);
         assert_eq!((c.apply, c.apply_threshold), (false, 0.5));
+        assert_eq!(c.profile_on, ProfileOn::Peers);
     }
 
     #[test]
@@ -433,7 +457,7 @@ mod tests {
         let (_, out) = parse(
             "[tune]\nworkers = [4, 1]\ncache_bytes = \"16MiB\"\ncheckpoint_interval = [\"1s\", \"soon\"]\n\
              batch_size = [0, 10]\nlatency_p99_ms = -1\nstep = \"10ms\"\nhorizon = \"1000h\"\nwokers = 1\n\
-             profile_memory = \"64MiB\"\napply_threshold = 0",
+             profile_memory = \"64MiB\"\napply_threshold = 0\nprofile_on = \"idle\"",
         );
         for want in [
             "p.toml:2:11: error: tune: field `workers`: the range is empty: its min 4 is above its max 1",
@@ -446,6 +470,7 @@ mod tests {
             "p.toml:9:1: error: tune: field `wokers`: unknown field `wokers` (did you mean `workers`?)",
             "p.toml:10:18: error: tune: field `profile_memory`: must be at least 128MiB",
             "p.toml:11:19: error: tune: field `apply_threshold`: expected a number above 0",
+            "p.toml:12:14: error: tune: field `profile_on`:",
         ] {
             assert!(out.contains(want), "missing\n{want}\nin\n{out}");
         }

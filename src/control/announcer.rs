@@ -236,6 +236,7 @@ mod tests {
             operators: vec![op("src", 1e6), op("op", 1000.0)],
             truncated: 0,
             bins: Default::default(),
+            idle_cores: 0.0,
         }
     }
 

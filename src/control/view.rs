@@ -76,6 +76,10 @@ pub(crate) struct NodeSummary {
     /// Input rates and state of the bins this node owns.
     #[serde(default)]
     pub(crate) bins: BinRates,
+    /// Cores idle over the interval, of those the process may use: where
+    /// the tuner's profiling runs find spare capacity.
+    #[serde(default)]
+    pub(crate) idle_cores: f32,
 }
 
 /// The bins a node owns, compactly: the hottest one by one, the rest as
@@ -733,6 +737,7 @@ mod tests {
             ],
             truncated: 0,
             bins: BinRates::default(),
+            idle_cores: 0.0,
         }
     }
 

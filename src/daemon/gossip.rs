@@ -104,6 +104,8 @@ struct Inner {
     bins_total: u32,
     planner: Option<Planner>,
     prev: Option<(Instant, Vec<Vec<Counters>>)>,
+    /// Idle ticks of this process's cores at `prev`.
+    prev_idle_ticks: u64,
     /// Records received per bin at the keyed operators, at `prev`.
     prev_bins: Vec<u64>,
     next_decision: Option<Instant>,
@@ -161,6 +163,7 @@ impl ClusterSource {
                 bins_total: 0,
                 planner: None,
                 prev: None,
+                prev_idle_ticks: 0,
                 prev_bins: Vec::new(),
                 next_decision: None,
                 decision: None,
@@ -295,6 +298,10 @@ impl ClusterSource {
                     operators,
                     truncated: 0,
                     bins,
+                    idle_cores: super::tune_cap::idle_ticks().saturating_sub(g.prev_idle_ticks)
+                        as f32
+                        / 100.0
+                        / interval.as_secs_f32().max(1e-3),
                 };
                 if let Some(mesh) = &self.mesh {
                     let bytes = summary.encode(MembershipConfig::default().max_payload_bytes);
@@ -306,6 +313,7 @@ impl ClusterSource {
                     .get_or_insert(now + g.settings.decision_interval);
             }
             g.prev = Some((now, counters));
+            g.prev_idle_ticks = super::tune_cap::idle_ticks();
             g.prev_bins = received;
         }
         if let Some(mesh) = &self.mesh {
@@ -379,6 +387,31 @@ impl ClusterSource {
         {
             g.planner_status = Some("waiting for the first decision interval".into());
         }
+    }
+
+    /// The mesh, when this node has one.
+    pub(crate) fn mesh(&self) -> Option<&Arc<MeshNode>> {
+        self.mesh.as_ref()
+    }
+
+    /// The members whose summary the view holds, with their idle cores:
+    /// where the tuner finds spare capacity.
+    pub(crate) fn spare(&self) -> Vec<super::tune_remote::Spare> {
+        self.lock()
+            .view
+            .snapshot(unix_ms())
+            .into_iter()
+            .filter_map(|m| {
+                let s = m.summary?;
+                Some(super::tune_remote::Spare {
+                    addr: m.addr.and_then(|a| a.parse().ok()),
+                    idle_cores: s.idle_cores,
+                    local: m.local,
+                    alive: m.state == "alive",
+                    name: m.name,
+                })
+            })
+            .collect()
     }
 
     pub(crate) fn doc(&self) -> ClusterDoc {

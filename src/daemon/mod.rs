@@ -33,6 +33,7 @@ mod tune_apply;
 mod tune_cap;
 mod tune_cli;
 mod tune_profile;
+mod tune_remote;
 
 mod tune_store;
 mod tune_svg;

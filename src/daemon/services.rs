@@ -75,6 +75,8 @@ pub(crate) struct Services {
     rebalance: Arc<super::rebalance::RebalanceSource>,
     /// `[tune]`: the rate history, forecast and optimiser (`GET /tune`).
     tune: Option<super::tune::TuneService>,
+    /// Profiling runs peers ask of this node, and answers to its own.
+    profile_server: Option<super::tune_remote::Server>,
 }
 
 impl Services {
@@ -142,9 +144,16 @@ impl Services {
             gossip: None,
             rebalance: Arc::default(),
             tune: None,
+            profile_server: None,
         };
+        if let Some(mesh) = &services.mesh {
+            services.profile_server = Some(super::tune_remote::Server::start(
+                mesh.clone(),
+                &node.data_dir,
+            ));
+        }
         if node.tune.enabled {
-            match super::tune::TuneService::start(node, pipeline) {
+            match super::tune::TuneService::start(node, pipeline, cluster.clone()) {
                 Ok(t) => services.tune = Some(t),
                 Err(e) => {
                     services.shutdown_blocking();
@@ -260,6 +269,8 @@ impl Services {
     /// API, closes the endpoint.
     pub(crate) async fn shutdown(mut self) {
         self.set_stopping();
+        // Runs made for peers stop with this node.
+        self.profile_server = None;
         if let Some((stop, h)) = self.gossip.take() {
             stop.store(true, Ordering::Relaxed);
             let _ = h.join();

@@ -267,6 +267,7 @@ mod tests {
             }],
             truncated: 1,
             bins: Default::default(),
+            idle_cores: 0.0,
         };
         let member = |name: &str, local: bool, state: &str, s: Option<NodeSummary>| MemberDoc {
             name: name.into(),

@@ -13,10 +13,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::gossip::ClusterSource;
 use super::http::{Response, Router};
 use super::tune_apply::{AppliedView, Retry};
+use super::tune_profile::Recorded;
+use super::tune_remote::Place;
 use super::tune_store::{Measured, TuneStore};
-use crate::config::{NodeConfig, TuneConfig};
+use crate::config::{NodeConfig, ProfileOn, TuneConfig};
 use crate::exec::Reporter;
 use crate::plan::NodeKind;
 use crate::tune::forecast::{self, Accuracy, Forecast};
@@ -78,9 +81,22 @@ pub(crate) struct ProfilingView {
     pub(crate) cpu_s: f64,
     /// Why the last attempt made no run, if it did not.
     pub(crate) last_error: Option<String>,
-    /// What the last run was allowed: its cores, memory and CPU time.
+    /// What the last run was allowed: its cores, memory and CPU time,
+    /// and the peer it ran on if not this node.
     #[serde(default)]
     pub(crate) cap: Option<String>,
+    /// `[tune] profile_on`: `auto`, `local` or `peers`.
+    #[serde(default)]
+    pub(crate) on: String,
+    /// Of `runs`, those made on peers.
+    #[serde(default)]
+    pub(crate) runs_on_peers: u64,
+    /// Where the last run was made: `local` or a peer's name.
+    #[serde(default)]
+    pub(crate) last_place: Option<String>,
+    /// The runs this node made for peers.
+    #[serde(default)]
+    pub(crate) served: super::tune_remote::ServedView,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -198,8 +214,19 @@ struct Inner {
 impl TuneService {
     /// Opens the tuner's store in the data dir and starts its thread, and
     /// with `profile` the profiling runs' (of the pipeline in `pipeline`).
-    pub(crate) fn start(node: &NodeConfig, pipeline: &Path) -> Result<TuneService, String> {
+    pub(crate) fn start(
+        node: &NodeConfig,
+        pipeline: &Path,
+        cluster: Arc<ClusterSource>,
+    ) -> Result<TuneService, String> {
         let config = node.tune.clone();
+        if config.profile && config.profile_on == ProfileOn::Peers && cluster.mesh().is_none() {
+            return Err(
+                "[tune] profile_on = \"peers\" needs a [mesh] section: without one this node has \
+                 no peers to profile on (use \"auto\" or \"local\")"
+                    .into(),
+            );
+        }
         let store = TuneStore::open(&node.data_dir)?;
         let mut optimizer = Optimizer::new(config.settings.len(), true, 2, INITIAL_DESIGN, 1);
         let mut measured = Vec::new();
@@ -237,6 +264,12 @@ impl TuneService {
                 enabled: config.profile,
                 interval_ms: config.profile_interval_ms,
                 duration_ms: config.profile_duration_ms,
+                on: match config.profile_on {
+                    ProfileOn::Auto => "auto",
+                    ProfileOn::Local => "local",
+                    ProfileOn::Peers => "peers",
+                }
+                .into(),
                 ..ProfilingView::default()
             },
             applied: None,
@@ -267,7 +300,7 @@ impl TuneService {
             let scratch = node.data_dir.join("tune-profile");
             let h = std::thread::Builder::new()
                 .name("eddy-profile".into())
-                .spawn(move || profile_loop(&shared, &stop, &pipeline, scratch))
+                .spawn(move || profile_loop(&shared, &stop, &pipeline, scratch, &cluster))
                 .map_err(|e| format!("tuner: cannot start the profiling thread: {e}"))?;
             service.profiler = Some(h);
         }
@@ -417,9 +450,29 @@ fn apply(shared: &Shared, generation: u64, choice: &ChoiceView) {
     }
 }
 
+/// Makes `profile` on this node: what it measured, its cap, and no peer.
+fn profile_here(
+    shared: &Shared,
+    profile: &super::tune_profile::Profile<'_>,
+    stop: &AtomicBool,
+) -> Result<(Measured, String, Option<String>), String> {
+    let workers = profile.settings.get("workers").copied().unwrap_or(1) as usize;
+    let memory = shared.config.profile_memory_bytes;
+    let cap = super::tune_cap::Cap::for_run(workers, memory, profile.duration);
+    lock(&shared.inner).profiling.cap = Some(cap.describe());
+    super::tune_profile::run(profile, &cap, stop).map(|m| (m, cap.describe(), None))
+}
+
 /// A profiling run every `profile_interval` (from start to start) of the
-/// settings the optimiser proposes, at the forecast peak.
-fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: PathBuf) {
+/// settings the optimiser proposes, at the forecast peak, where
+/// `[tune] profile_on` places it (`tune_remote::choose`).
+fn profile_loop(
+    shared: &Shared,
+    stop: &AtomicBool,
+    pipeline: &Path,
+    scratch: PathBuf,
+    cluster: &ClusterSource,
+) {
     let config = &shared.config;
     let interval = Duration::from_millis(config.profile_interval_ms);
     let mut next = Instant::now() + interval.min(Duration::from_secs(60));
@@ -447,14 +500,14 @@ fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: Pa
             continue;
         }
         // The records each non-generator source saw lately, to replay.
-        let recorded: BTreeMap<String, crate::exec::recorder::Recording> = lock(&shared.reporter)
+        let recorded: BTreeMap<String, Recorded> = lock(&shared.reporter)
             .1
             .as_ref()
             .map(|r| {
                 r.shared()
                     .recorders
                     .iter()
-                    .map(|(id, rec)| (id.clone(), rec.recording()))
+                    .map(|(id, rec)| (id.clone(), Recorded::from(rec.recording())))
                     .collect()
             })
             .unwrap_or_default();
@@ -466,21 +519,43 @@ fn profile_loop(shared: &Shared, stop: &AtomicBool, pipeline: &Path, scratch: Pa
             scratch: scratch.clone(),
             recorded: &recorded,
         };
-        let workers = settings.get("workers").copied().unwrap_or(1) as usize;
-        let cap =
-            super::tune_cap::Cap::for_run(workers, config.profile_memory_bytes, profile.duration);
-        lock(&shared.inner).profiling.cap = Some(cap.describe());
-        let outcome = super::tune_profile::run(&profile, &cap, stop);
+        let place = match cluster.mesh() {
+            Some(_) => super::tune_remote::choose(config.profile_on, &cluster.spare()),
+            None => Ok(Place::Local),
+        };
+        let outcome = match place {
+            Err(e) => Err(e),
+            Ok(Place::Local) => profile_here(shared, &profile, stop),
+            Ok(Place::Peer { name, addr }) => {
+                let mesh = cluster.mesh().expect("peers are chosen only with a mesh");
+                let memory = config.profile_memory_bytes;
+                match super::tune_remote::ask(mesh, (&name, addr), &profile, memory, stop) {
+                    Ok((m, cap)) => Ok((m, cap, Some(name))),
+                    // On its own cores, rather than not at all.
+                    Err(e)
+                        if config.profile_on == ProfileOn::Auto
+                            && !stop.load(Ordering::Relaxed) =>
+                    {
+                        tracing::info!("tuner: {e}; profiling on this node instead");
+                        profile_here(shared, &profile, stop)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
         let mut inner = lock(&shared.inner);
-        let told = outcome.and_then(|m| {
+        let told = outcome.and_then(|(m, cap, peer)| {
             let cpu = m.cpu_s;
-            inner.observe(config, m).map(|_| cpu)
+            inner.observe(config, m).map(|_| (cpu, cap, peer))
         });
         match told {
-            Ok(cpu) => {
+            Ok((cpu, cap, peer)) => {
                 inner.profiling.runs += 1;
                 inner.profiling.cpu_s += cpu;
                 inner.profiling.last_error = None;
+                inner.profiling.cap = Some(cap);
+                inner.profiling.runs_on_peers += u64::from(peer.is_some());
+                inner.profiling.last_place = Some(peer.unwrap_or_else(|| "local".into()));
             }
             Err(e) => {
                 if !stop.load(Ordering::Relaxed) {
@@ -692,7 +767,10 @@ impl Inner {
                 choice: self.choice.clone(),
                 why: self.why.clone(),
             },
-            profiling: self.profiling.clone(),
+            profiling: ProfilingView {
+                served: super::tune_remote::served(),
+                ..self.profiling.clone()
+            },
             apply: ApplyView {
                 enabled: config.apply,
                 threshold: config.apply_threshold,

@@ -92,6 +92,17 @@ impl Cap {
     }
 }
 
+/// Idle ticks so far (`USER_HZ`, 100 a second) of the cores this process
+/// may use: their difference over an interval is its spare capacity.
+pub(crate) fn idle_ticks() -> u64 {
+    let allowed = allowed_cores();
+    core_idle()
+        .iter()
+        .filter(|(c, _)| allowed.contains(c))
+        .map(|&(_, t)| t)
+        .sum()
+}
+
 /// The cores this process may run on.
 fn allowed_cores() -> Vec<usize> {
     // SAFETY: a zeroed set is valid, and the kernel fills it.

@@ -156,11 +156,17 @@ pub(crate) fn text(s: &TuneState) -> String {
     if p.enabled {
         let _ = writeln!(
             out,
-            "profiling: {} run{} of {} ms every {} ms by this node, {:.2} CPU s{}",
+            "profiling: {} run{} of {} ms every {} ms (profile_on = {}: {} on peers{}), {:.2} CPU s{}",
             p.runs,
             if p.runs == 1 { "" } else { "s" },
             p.duration_ms,
             p.interval_ms,
+            p.on,
+            p.runs_on_peers,
+            p.last_place
+                .as_ref()
+                .map(|w| format!(", the last on {w}"))
+                .unwrap_or_default(),
             p.cpu_s,
             p.last_error
                 .as_ref()
@@ -169,6 +175,26 @@ pub(crate) fn text(s: &TuneState) -> String {
         );
     } else {
         out.push_str("profiling: off ([tune] profile = false)\n");
+    }
+    let served = &p.served;
+    if served.runs > 0 || served.last_error.is_some() {
+        let _ = writeln!(
+            out,
+            "made for peers: {} run{}, {:.2} CPU s{}{}",
+            served.runs,
+            if served.runs == 1 { "" } else { "s" },
+            served.cpu_s,
+            served
+                .last_asker
+                .as_ref()
+                .map(|a| format!(", the last for {a}"))
+                .unwrap_or_default(),
+            served
+                .last_error
+                .as_ref()
+                .map(|e| format!("; it failed: {e}"))
+                .unwrap_or_default()
+        );
     }
     let a = &s.apply;
     match &a.applied {

@@ -20,6 +20,27 @@ use super::tune_cap::Cap;
 use super::tune_store::Measured;
 use crate::exec::recorder::Recording;
 
+/// A source's recent records as a run replays them: its fields as `(name,
+/// type)`, and JSON lines. Plain data, so that a peer can be sent it.
+pub(crate) struct Recorded {
+    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) lines: Vec<u8>,
+}
+
+impl From<Recording> for Recorded {
+    fn from(rec: Recording) -> Recorded {
+        Recorded {
+            fields: rec
+                .schema
+                .fields()
+                .iter()
+                .map(|f| (f.name.clone(), f.ty.name().to_string()))
+                .collect(),
+            lines: rec.lines,
+        }
+    }
+}
+
 /// The most a restart may take before the run counts as not recovering.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(120);
 
@@ -33,7 +54,7 @@ pub(crate) struct Profile<'a> {
     /// A directory of its own, removed afterwards.
     pub(crate) scratch: PathBuf,
     /// Recent records of the sources that are not generators, by id.
-    pub(crate) recorded: &'a BTreeMap<String, Recording>,
+    pub(crate) recorded: &'a BTreeMap<String, Recorded>,
 }
 
 /// Lines a replay file holds at most (its records repeat beyond).
@@ -149,7 +170,7 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
 pub(crate) struct Replay {
     pub(crate) path: PathBuf,
     /// `(field, type)` in the recording's order.
-    pub(crate) schema: Vec<(String, &'static str)>,
+    pub(crate) schema: Vec<(String, String)>,
 }
 
 /// Writes a replay file for every recorded source: enough lines for the
@@ -175,40 +196,35 @@ fn write_replays(text: &str, p: &Profile<'_>) -> Result<BTreeMap<String, Replay>
             .and_then(|s| s.get(id))
             .and_then(|s| s.get("event_time"))
             .and_then(toml::Value::as_str);
-        let bytes = replay_lines(rec, event_time, lines, per_source, now_ms)
+        let bytes = replay_lines(&rec.lines, event_time, lines, per_source, now_ms)
             .map_err(|e| format!("`sources.{id}`: {e}"))?;
         let path = p.scratch.join(format!("replay-{id}.jsonl"));
         std::fs::write(&path, bytes)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        let schema = rec
-            .schema
-            .fields()
-            .iter()
-            .map(|f| (f.name.clone(), f.ty.name()))
-            .collect();
+        let schema = rec.fields.clone();
         out.insert(id.clone(), Replay { path, schema });
     }
     Ok(out)
 }
 
-/// `count` lines cycling through `rec`'s, with `event_time` set to advance
-/// by `1 / rate` seconds a line from `from_ms`.
+/// `count` lines cycling through `recorded`, with `event_time` set to
+/// advance by `1 / rate` seconds a line from `from_ms`.
 fn replay_lines(
-    rec: &Recording,
+    recorded: &[u8],
     event_time: Option<&str>,
     count: usize,
     rate: f64,
     from_ms: i64,
 ) -> Result<Vec<u8>, String> {
-    let recorded: Vec<&[u8]> = rec
-        .lines
+    let bytes = recorded.len();
+    let recorded: Vec<&[u8]> = recorded
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .collect();
     if recorded.is_empty() {
         return Err("no records recorded yet (the source has had no input since the start)".into());
     }
-    let mut out = Vec::with_capacity(count * (rec.lines.len() / recorded.len() + 1));
+    let mut out = Vec::with_capacity(count * (bytes / recorded.len() + 1));
     for i in 0..count {
         let line = recorded[i % recorded.len()];
         match event_time {
@@ -555,7 +571,7 @@ mod tests {
             "m".to_string(),
             Replay {
                 path: "/p/replay-m.jsonl".into(),
-                schema: vec![("k".into(), "string"), ("ts".into(), "int")],
+                schema: vec![("k".into(), "string".into()), ("ts".into(), "int".into())],
             },
         )]);
         let out = derive(stdin, &settings, 300.0, Path::new("/p"), 1, &replays).unwrap();
@@ -577,18 +593,14 @@ mod tests {
 
     #[test]
     fn a_replay_repeats_the_recording_with_event_time_advancing_at_the_rate() {
-        let schema = std::sync::Arc::new(crate::data::Schema::new(vec![]));
-        let rec = Recording {
-            schema,
-            lines: b"{\"k\":\"a\",\"ts\":5}\n{\"k\":\"b\",\"ts\":1}\n".to_vec(),
-        };
-        let out = replay_lines(&rec, Some("ts"), 5, 500.0, 1_000).unwrap();
+        let rec = b"{\"k\":\"a\",\"ts\":5}\n{\"k\":\"b\",\"ts\":1}\n";
+        let out = replay_lines(rec, Some("ts"), 5, 500.0, 1_000).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"k\":\"a\",\"ts\":1000}\n{\"k\":\"b\",\"ts\":1002}\n{\"k\":\"a\",\"ts\":1004}\n\
              {\"k\":\"b\",\"ts\":1006}\n{\"k\":\"a\",\"ts\":1008}\n"
         );
-        let plain = replay_lines(&rec, None, 3, 500.0, 0).unwrap();
+        let plain = replay_lines(rec, None, 3, 500.0, 0).unwrap();
         assert_eq!(
             plain
                 .split(|&b| b == b'\n')
@@ -596,12 +608,8 @@ mod tests {
                 .count(),
             3
         );
-        let empty = Recording {
-            schema: rec.schema.clone(),
-            lines: Vec::new(),
-        };
         assert!(
-            replay_lines(&empty, None, 3, 1.0, 0)
+            replay_lines(b"", None, 3, 1.0, 0)
                 .unwrap_err()
                 .contains("no records")
         );

@@ -27,6 +27,9 @@ const PENDING_PER_PEER: usize = 8;
 /// beyond it, stream acceptors wait (and QUIC's stream limit holds the
 /// peers back).
 const INCOMING_STREAMS: usize = 256;
+/// Profiling streams (`StreamKind::Profile`) not yet taken; beyond it a
+/// new one is dropped (its asker hears nothing and gives up).
+const PROFILE_STREAMS: usize = 16;
 
 /// A stream a peer opened, with what its `Open` frame said it carries.
 pub struct IncomingStream {
@@ -80,6 +83,7 @@ pub struct MeshNode {
     table: Arc<Mutex<Vec<MemberInfo>>>,
     peers: Arc<Mutex<HashMap<SocketAddr, Peer>>>,
     incoming: flume::Receiver<IncomingStream>,
+    profiles: flume::Receiver<IncomingStream>,
     _task: smol::Task<()>,
 }
 
@@ -112,6 +116,7 @@ impl MeshNode {
         let table = Arc::new(Mutex::new(membership.members()));
         let peers = Arc::new(Mutex::new(HashMap::new()));
         let (streams_tx, streams_rx) = flume::bounded(INCOMING_STREAMS);
+        let (profiles_tx, profiles_rx) = flume::bounded(PROFILE_STREAMS);
         // Accepted connections join the driver's table like outgoing ones.
         let accept = {
             let endpoint = endpoint.clone();
@@ -137,6 +142,7 @@ impl MeshNode {
             metrics: endpoint.metrics(),
             discovery_interval: options.discovery_interval,
             streams: streams_tx,
+            profiles: profiles_tx,
         };
         let task = smol::spawn(async move {
             let accept = smol::spawn(accept);
@@ -150,6 +156,7 @@ impl MeshNode {
             table,
             peers,
             incoming: streams_rx,
+            profiles: profiles_rx,
             _task: task,
         })
     }
@@ -238,6 +245,12 @@ impl MeshNode {
         self.incoming.clone()
     }
 
+    /// Profiling streams peers opened to this node: they go apart from
+    /// [`MeshNode::incoming`], which belongs to the running pipeline.
+    pub fn profile_streams(&self) -> flume::Receiver<IncomingStream> {
+        self.profiles.clone()
+    }
+
     /// A connection to the member at `addr`: the one membership keeps if it
     /// is up, else a new one.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Peer, MeshError> {
@@ -301,6 +314,7 @@ struct Driver {
     discovery_interval: Duration,
     /// Where streams that peers open go.
     streams: flume::Sender<IncomingStream>,
+    profiles: flume::Sender<IncomingStream>,
 }
 
 impl Driver {
@@ -398,9 +412,22 @@ impl Driver {
         // Streams the peer opens on this connection.
         let acceptor = peer.clone();
         let streams = self.streams.clone();
+        let profiles = self.profiles.clone();
         smol::spawn(async move {
             loop {
                 match acceptor.accept_stream().await {
+                    Ok((StreamKind::Profile, receiver)) => {
+                        let stream = IncomingStream {
+                            kind: StreamKind::Profile,
+                            receiver,
+                        };
+                        if profiles.try_send(stream).is_err() {
+                            tracing::warn!(
+                                "dropping a profiling stream from {}: {PROFILE_STREAMS} wait already",
+                                acceptor.label()
+                            );
+                        }
+                    }
                     Ok((kind, receiver)) => {
                         if streams
                             .send_async(IncomingStream { kind, receiver })

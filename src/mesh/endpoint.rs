@@ -612,6 +612,7 @@ fn frame_name(f: &Frame) -> &'static str {
         Frame::BinState(_) => "BinState",
         Frame::Migrate(_) => "Migrate",
         Frame::Trace(_) => "Trace",
+        Frame::Profile(_) => "Profile",
     }
 }
 

@@ -63,6 +63,9 @@ pub enum StreamKind {
     /// Activity logs for critical-path analysis ([`Frame::Trace`]), one
     /// stream from each member of a distributed run to each other.
     Trace,
+    /// One profiling run asked of a member with spare capacity, or its
+    /// answer ([`Frame::Profile`]); the end of the stream ends the message.
+    Profile,
 }
 
 /// A marker in a data stream: it orders what came before it from what
@@ -222,7 +225,7 @@ pub struct JoinWelcome {
 
 /// Everything that travels on mesh streams. Append new variants at the end:
 /// postcard encodes the variant index, so reordering breaks old peers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
     Hello(Hello),
     /// The accepting node's own `Hello`: the handshake succeeded.
@@ -242,6 +245,53 @@ pub enum Frame {
     BinState(BinState),
     Migrate(MigrateMsg),
     Trace(TraceMsg),
+    Profile(ProfileMsg),
+}
+
+/// A profiling run of the tuner made on another member's spare capacity
+/// (`daemon::tune_remote`). The asker opens a [`StreamKind::Profile`]
+/// stream and sends `Ask`, then its recorded input as `Lines` chunks (a
+/// recording may exceed a frame), then ends the stream; the asked member
+/// answers with `Answer` on a stream of its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ProfileMsg {
+    Ask(ProfileAsk),
+    /// The next bytes of a source's recorded JSON lines.
+    Lines {
+        source: String,
+        #[serde(with = "byte_vec")]
+        bytes: Vec<u8>,
+    },
+    Answer {
+        id: u64,
+        outcome: Result<ProfileMeasured, String>,
+    },
+}
+
+/// What to run: the asker's pipeline file as text and the candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileAsk {
+    /// Unique among the asker's requests while it runs.
+    pub id: u64,
+    pub pipeline: String,
+    pub settings: Vec<(String, u64)>,
+    /// Records per second to drive the run at.
+    pub rate: f64,
+    pub duration_ms: u64,
+    /// `[tune] profile_memory` of the asker.
+    pub memory_bytes: u64,
+    /// The recorded sources, with their fields as `(name, type)`.
+    pub sources: Vec<(String, Vec<(String, String)>)>,
+}
+
+/// What the asked member measured, and the cap it ran under.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileMeasured {
+    pub cpu_s: f64,
+    pub peak_memory_bytes: f64,
+    pub latency_p99_ms: f64,
+    pub recovery_s: f64,
+    pub cap: String,
 }
 
 /// What one member tells another about tracing, so that every member
@@ -641,6 +691,34 @@ mod tests {
             }),
             Frame::Migrate(MigrateMsg::Leave { node: rng.random() }),
             Frame::Migrate(MigrateMsg::Left { node: rng.random() }),
+            Frame::Open(StreamKind::Profile),
+            Frame::Profile(ProfileMsg::Ask(ProfileAsk {
+                id: rng.random(),
+                pipeline: "[sources.g]\ntype = \"generator\"\n".into(),
+                settings: vec![("workers".into(), rng.random())],
+                rate: rng.random(),
+                duration_ms: rng.random(),
+                memory_bytes: rng.random(),
+                sources: vec![("m".into(), vec![("k".into(), "string".into())])],
+            })),
+            Frame::Profile(ProfileMsg::Lines {
+                source: "m".into(),
+                bytes: vec![b'{'; rng.random_range(0..100)],
+            }),
+            Frame::Profile(ProfileMsg::Answer {
+                id: rng.random(),
+                outcome: Ok(ProfileMeasured {
+                    cpu_s: rng.random(),
+                    peak_memory_bytes: rng.random(),
+                    latency_p99_ms: rng.random(),
+                    recovery_s: rng.random(),
+                    cap: "cores [1]".into(),
+                }),
+            }),
+            Frame::Profile(ProfileMsg::Answer {
+                id: rng.random(),
+                outcome: Err("busy".into()),
+            }),
         ]
     }
 

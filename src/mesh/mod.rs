@@ -42,5 +42,7 @@ mod sim;
 pub const ALPN: &[u8] = b"eddy/1";
 
 /// The mesh protocol version sent in `Hello`. Peers with a different version
-/// are refused with a message naming both versions.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// are refused with a message naming both versions. 2: profiling runs
+/// asked of peers (`Frame::Profile`), which a version-1 peer could not
+/// decode.
+pub const PROTOCOL_VERSION: u32 = 2;
