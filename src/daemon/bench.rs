@@ -29,8 +29,19 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             day,
             peak,
             goal_ms,
+            keys,
+            window,
             json,
-        } => super::bench_tune::tune(day, peak, goal_ms, json),
+        } => super::bench_tune::tune(
+            super::bench_tune::Workload {
+                day_s: day,
+                peak,
+                goal_ms,
+                keys,
+                window_s: window,
+            },
+            json,
+        ),
         Workload::Scaling { seed, json, log } => {
             scaling(seed, json, log);
             ExitCode::SUCCESS

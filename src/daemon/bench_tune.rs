@@ -41,11 +41,32 @@ struct Report {
     day_s: u64,
     peak_per_s: u64,
     latency_goal_ms: f64,
+    keys: u64,
+    window_s: u64,
     runs: Vec<Run>,
 }
 
-pub(crate) fn tune(day_s: u64, peak: u64, goal_ms: f64, json: bool) -> ExitCode {
-    match bench(day_s.max(24), peak.max(100), goal_ms) {
+/// What the bench runs, from its command line.
+#[derive(Clone, Copy)]
+pub(crate) struct Workload {
+    pub(crate) day_s: u64,
+    pub(crate) peak: u64,
+    pub(crate) goal_ms: f64,
+    /// Sensors, the window's keys.
+    pub(crate) keys: u64,
+    /// The tumbling window's length.
+    pub(crate) window_s: u64,
+}
+
+pub(crate) fn tune(w: Workload, json: bool) -> ExitCode {
+    let w = Workload {
+        day_s: w.day_s.max(24),
+        peak: w.peak.max(100),
+        keys: w.keys.max(1),
+        window_s: w.window_s.max(1),
+        ..w
+    };
+    match bench(w) {
         Ok(report) => {
             if json {
                 println!("{}", serde_json::to_string(&report).expect("JSON"));
@@ -67,15 +88,19 @@ struct Setup {
     day_s: u64,
     peak: u64,
     goal_ms: f64,
+    keys: u64,
+    window_s: u64,
     cores: usize,
 }
 
-fn bench(day_s: u64, peak: u64, goal_ms: f64) -> Result<Report, String> {
+fn bench(w: Workload) -> Result<Report, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let setup = Setup {
-        day_s,
-        peak,
-        goal_ms,
+        day_s: w.day_s,
+        peak: w.peak,
+        goal_ms: w.goal_ms,
+        keys: w.keys,
+        window_s: w.window_s,
         cores,
     };
     let scratch =
@@ -95,9 +120,11 @@ fn bench(day_s: u64, peak: u64, goal_ms: f64) -> Result<Report, String> {
         runs.push(run);
     }
     Ok(Report {
-        day_s,
-        peak_per_s: peak,
-        latency_goal_ms: goal_ms,
+        day_s: w.day_s,
+        peak_per_s: w.peak,
+        latency_goal_ms: w.goal_ms,
+        keys: w.keys,
+        window_s: w.window_s,
         runs,
     })
 }
@@ -115,6 +142,8 @@ fn pipeline(policy: &str, dir: &std::path::Path, days: u64, port: u16, setup: Se
         day_s,
         peak,
         goal_ms,
+        keys,
+        window_s,
         cores,
     } = setup;
     let hour_ms = day_s * 1000 / 24;
@@ -144,9 +173,11 @@ step = "{step_ms}ms"
 horizon = "{horizon}ms"
 season = "{season}ms"
 profile = true
-profile_duration = "2s"
+profile_duration = "{profile_s}s"
 profile_interval = "{profile}ms"
 "#,
+            // A run must close windows to measure their latency.
+            profile_s = (window_s + 1).max(2),
             horizon = (day_s * 1000 / 8).max(step_ms),
             season = day_s * 1000,
             profile = day_s * 1000 / 6,
@@ -174,7 +205,7 @@ address = "127.0.0.1:{port}"
 [sources.readings]
 type = "generator"
 schema = "readings"
-keys = 5000
+keys = {keys}
 rate = {first}
 rate_steps = [{steps}]
 
@@ -182,7 +213,7 @@ rate_steps = [{steps}]
 type = "window"
 inputs = ["readings"]
 key = ["sensor"]
-window = {{ kind = "tumbling", size = "1s" }}
+window = {{ kind = "tumbling", size = "{window_s}s" }}
 aggregates = {{ n = "count(*)", avg = "avg(temp)", max = "max(temp)" }}
 
 [sinks.out]
@@ -437,10 +468,12 @@ impl Ds2 {
 
 fn print_table(r: &Report) {
     println!(
-        "a day of {} s, peak {} records/s, trough {:.0} %, latency goal {} ms (p99 per 1 s window)",
+        "a day of {} s, peak {} records/s, trough {:.0} %, {} keys in {} s windows, latency goal {} ms (p99 per 1 s window)",
         r.day_s,
         r.peak_per_s,
         TROUGH * 100.0,
+        r.keys,
+        r.window_s,
         r.latency_goal_ms
     );
     println!(

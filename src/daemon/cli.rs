@@ -311,6 +311,13 @@ pub(crate) enum Workload {
         /// The p99 latency goal of every 1 s window, in ms.
         #[arg(long, default_value_t = 100.0)]
         goal_ms: f64,
+        /// Sensors, the keys of the window: with the window's length, how
+        /// much state the pipeline holds.
+        #[arg(long, default_value_t = 5000)]
+        keys: u64,
+        /// Seconds of the tumbling window per sensor.
+        #[arg(long, default_value_t = 1)]
+        window: u64,
         /// Print `{"runs": [{"policy": "static"|"ds2"|"demeter", "cpu_s",
         /// "peak_memory_bytes", "windows_over_goal_pct", "profiling_cpu_s",
         /// "windows", "detail"}], ...}`.

@@ -330,6 +330,7 @@ impl Served {
                     reply(Err("busy with a run for another member".into())).await;
                     return;
                 }
+                let (busy, mesh) = (self.busy.clone(), self.mesh.clone());
                 let thread = std::thread::Builder::new()
                     .name("eddy-profile-peer".into())
                     .spawn(move || {
@@ -338,7 +339,9 @@ impl Served {
                         smol::block_on(answer(&self.mesh, &asker, from, id, outcome));
                     });
                 if let Err(e) = thread {
-                    tracing::warn!("tuner: cannot start a run for {peer}: {e}");
+                    busy.store(false, Ordering::Release);
+                    let why = format!("cannot start a thread for the run: {e}");
+                    answer(&mesh, &peer.name, from, id, Err(why)).await;
                 }
             }
         }
@@ -485,6 +488,54 @@ mod tests {
             Place::Peer { name, .. } => name,
             Place::Local => "local".into(),
         }
+    }
+
+    /// The whole way over real QUIC, in one process: a request, the peer's
+    /// answer on a stream of its own, delivered to the waiting asker. (The
+    /// peer refuses this one: making it would start this test binary.)
+    #[test]
+    fn a_peer_answers_a_request_with_why_it_makes_no_run() {
+        use crate::mesh::{ca, discovery::StaticSeeds, driver::NodeOptions};
+        let ca = ca::generate_ca("blue", 1).expect("ca");
+        let node = |name: &str| {
+            let cert = ca::issue_node(&ca, "blue", name, 1).expect("cert");
+            let id = crate::mesh::identity::NodeIdentity::from_pem(&ca.cert_pem, &cert, None)
+                .expect("identity");
+            let seeds = StaticSeeds::new(Vec::new(), None, Duration::from_secs(1));
+            let options = NodeOptions::new("127.0.0.1:0".parse().unwrap());
+            Arc::new(MeshNode::start(&id, options, Box::new(seeds)).expect("mesh node"))
+        };
+        let (a, b) = (node("a"), node("b"));
+        let dir = tempfile::tempdir().unwrap();
+        let _serves = (
+            Server::start(a.clone(), dir.path()),
+            Server::start(b.clone(), dir.path()),
+        );
+        let pipeline = dir.path().join("p.toml");
+        std::fs::write(&pipeline, "[sources.g]\ntype = \"generator\"\n").unwrap();
+        let settings = BTreeMap::from([("workers".to_string(), 1)]);
+        let recorded = BTreeMap::from([(
+            "m".to_string(),
+            Recorded {
+                fields: vec![("k".into(), "string".into())],
+                lines: b"{\"k\":\"x\"}\n".repeat(300_000),
+            },
+        )]);
+        let profile = Profile {
+            pipeline: &pipeline,
+            settings: &settings,
+            rate: 10.0,
+            duration: MAX_DURATION + Duration::from_secs(1),
+            scratch: dir.path().join("scratch"),
+            recorded: &recorded,
+        };
+        let stop = AtomicBool::new(false);
+        let e = ask(&a, ("b", b.identity().addr), &profile, 1 << 30, &stop).unwrap_err();
+        assert!(
+            e.starts_with("the run on b: runs longer than 600s are not made for peers"),
+            "{e}"
+        );
+        assert!(lock(&PENDING).is_empty());
     }
 
     #[test]
