@@ -771,3 +771,94 @@ fn profiling_runs_are_made_on_a_peer() {
         m.logs(&s)
     );
 }
+
+/// Burns one core until dropped: a thread pinned to `core`, spinning.
+struct Spinner(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Spinner {
+    fn on_core(core: usize) -> Spinner {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            // SAFETY: a zeroed set is valid; `core` is below CPU_SETSIZE.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(core, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        Spinner(stop)
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `profile_on = "auto"` follows the idle cores the members gossip:
+/// node-0 and node-1 are pinned to a core each (`taskset`) and the test
+/// keeps node-0's core busy, so node-0 has its runs made on node-1.
+#[test]
+fn auto_profiles_on_the_peer_with_idle_cores() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        eprintln!("skipped: pinning two members apart needs two cores, this machine has {cores}");
+        return;
+    }
+    let s = Scratch::new();
+    let m = Members::start(&s, 2, 1, 16, |i| {
+        let profile = if i == 0 {
+            "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\""
+        } else {
+            "profile = false"
+        };
+        format!(
+            "[tune]\nenabled = true\nstep = \"200ms\"\nhorizon = \"2s\"\nlatency_p99_ms = 50\n\
+             max_recovery_s = 5\n{profile}\n\n[sources.g]\ntype = \"generator\"\nrate = 500\n\n\
+             [sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"
+        )
+    });
+    for (i, node) in m.nodes.iter().enumerate() {
+        let pid = node.0.as_ref().unwrap().id().to_string();
+        let out = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", &i.to_string(), &pid])
+            .output()
+            .expect("taskset");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _busy = Spinner::on_core(0);
+    let v = wait_longer(m.api[0], "a run made on node-1", 120, |v| {
+        v["profiling"]["runs_on_peers"].as_u64() >= Some(1)
+    });
+    let p = &v["profiling"];
+    assert_eq!(p["on"], "auto", "{p}");
+    assert!(
+        p["cap"]
+            .as_str()
+            .unwrap()
+            .starts_with("on node-1: cores [1]"),
+        "{p}"
+    );
+    // The members' summaries say why: node-0's core is busy.
+    let (_, body) = http(m.api[0], "GET", "/cluster").expect("GET /cluster");
+    let cluster: Value = serde_json::from_str(&body).unwrap();
+    let idle = |name: &str| {
+        cluster["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .and_then(|n| n["summary"]["idle_cores"].as_f64())
+            .unwrap_or_else(|| panic!("no idle cores of {name} in {cluster:#}"))
+    };
+    assert!(idle("node-0") < 0.5, "{cluster:#}");
+}
