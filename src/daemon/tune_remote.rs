@@ -295,8 +295,12 @@ impl Served {
             crate::mesh::endpoint::with_timeout(TRANSFER_TIMEOUT, read_message(&mut rx)).await;
         let msg = match read {
             Some(Ok(m)) => m,
-            Some(Err(e)) => {
+            Some(Err((id, e))) => {
                 tracing::warn!("tuner: a profiling message from {peer}: {e}");
+                // The asker would otherwise wait out its whole limit.
+                if let Some(id) = id {
+                    answer(&self.mesh, &peer.name, peer.addr, id, Err(e)).await;
+                }
                 return;
             }
             None => {
@@ -434,37 +438,38 @@ enum Message {
 }
 
 /// One message: an `Ask` with its `Lines` up to the end of the stream, or
-/// an `Answer`.
-async fn read_message(rx: &mut FrameReceiver) -> Result<Message, String> {
-    let first = rx.recv().await.map_err(|e| e.to_string())?;
+/// an `Answer`. An error comes with the request's id once it is known.
+async fn read_message(rx: &mut FrameReceiver) -> Result<Message, (Option<u64>, String)> {
+    let first = rx.recv().await.map_err(|e| (None, e.to_string()))?;
     let ask = match first {
         Some(Frame::Profile(ProfileMsg::Answer { id, outcome })) => {
             return Ok(Message::Answer { id, outcome });
         }
         Some(Frame::Profile(ProfileMsg::Ask(ask))) => ask,
-        other => return Err(format!("expected a request or an answer, got {other:?}")),
+        other => {
+            let e = format!("expected a request or an answer, got {other:?}");
+            return Err((None, e));
+        }
     };
+    let id = Some(ask.id);
     let mut lines: HashMap<String, Vec<u8>> = HashMap::new();
     let mut total = 0;
     loop {
-        match rx.recv().await.map_err(|e| e.to_string())? {
+        match rx.recv().await.map_err(|e| (id, e.to_string()))? {
             None => return Ok(Message::Ask(ask, lines)),
             Some(Frame::Profile(ProfileMsg::Lines { source, bytes })) => {
                 if !ask.sources.iter().any(|(id, _)| *id == source) {
-                    return Err(format!(
-                        "records of `{source}`, a source the request did not name"
-                    ));
+                    let e = format!("records of `{source}`, a source the request did not name");
+                    return Err((id, e));
                 }
                 total += bytes.len();
                 if total > MAX_RECORDED_BYTES {
-                    return Err(format!(
-                        "over {} MiB of recorded input",
-                        MAX_RECORDED_BYTES >> 20
-                    ));
+                    let e = format!("over {} MiB of recorded input", MAX_RECORDED_BYTES >> 20);
+                    return Err((id, e));
                 }
                 lines.entry(source).or_default().extend_from_slice(&bytes);
             }
-            Some(other) => return Err(format!("expected recorded input, got {other:?}")),
+            Some(other) => return Err((id, format!("expected recorded input, got {other:?}"))),
         }
     }
 }
@@ -535,6 +540,25 @@ mod tests {
             e.starts_with("the run on b: runs longer than 600s are not made for peers"),
             "{e}"
         );
+        // A request the peer cannot read is answered too, not left to
+        // time out.
+        let too_much = BTreeMap::from([(
+            "m".to_string(),
+            Recorded {
+                fields: vec![("k".into(), "string".into())],
+                lines: vec![b'x'; MAX_RECORDED_BYTES + 1],
+            },
+        )]);
+        let profile = Profile {
+            pipeline: &pipeline,
+            settings: &settings,
+            rate: 10.0,
+            duration: Duration::from_secs(1),
+            scratch: dir.path().join("scratch"),
+            recorded: &too_much,
+        };
+        let e = ask(&a, ("b", b.identity().addr), &profile, 1 << 30, &stop).unwrap_err();
+        assert_eq!(e, "the run on b: over 64 MiB of recorded input");
         assert!(lock(&PENDING).is_empty());
     }
 
