@@ -680,6 +680,26 @@ fn the_controller_sizes_for_the_forecast_peak() {
     assert!(source["offered_per_s"].is_null(), "{source}");
 }
 
+/// Two members of a distributed run of a `rate`/s generator, both tuning;
+/// node-0 profiles every second under `profile_on`, node-1 not at all.
+fn profiling_members(s: &Scratch, profile_on: &str, rate: u64) -> Members {
+    Members::start(s, 2, 1, 16, |i| {
+        let profile = if i == 0 {
+            format!(
+                "profile = true\nprofile_on = \"{profile_on}\"\nprofile_interval = \"1s\"\n\
+                 profile_duration = \"1s\""
+            )
+        } else {
+            "profile = false".to_string()
+        };
+        format!(
+            "[tune]\nenabled = true\nstep = \"200ms\"\nhorizon = \"2s\"\nlatency_p99_ms = 50\n\
+             max_recovery_s = 5\n{profile}\n\n[sources.g]\ntype = \"generator\"\nrate = {rate}\n\n\
+             [sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"
+        )
+    })
+}
+
 /// `profile_on = "peers"`: node-0 has its profiling runs made on node-1's
 /// spare cores. It asks over the mesh; node-1 starts the run as a child
 /// of its own (in its own data dir), measures it and answers; node-0's
@@ -687,18 +707,7 @@ fn the_controller_sizes_for_the_forecast_peak() {
 #[test]
 fn profiling_runs_are_made_on_a_peer() {
     let s = Scratch::new();
-    let m = Members::start(&s, 2, 1, 16, |i| {
-        let profile = if i == 0 {
-            "profile = true\nprofile_on = \"peers\"\nprofile_interval = \"1s\"\nprofile_duration = \"1s\""
-        } else {
-            "profile = false"
-        };
-        format!(
-            "[tune]\nenabled = true\nstep = \"200ms\"\nhorizon = \"2s\"\nlatency_p99_ms = 50\n\
-             max_recovery_s = 5\n{profile}\n\n[sources.g]\ntype = \"generator\"\nrate = 2000\n\n\
-             [sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"
-        )
-    });
+    let m = profiling_members(&s, "peers", 2000);
     let peer_pid = m.nodes[1].0.as_ref().unwrap().id();
     // A run under way on node-1 is node-1's child, in node-1's data dir.
     let scratch = s.path("node-1-data/tune-profile-peer");
@@ -811,18 +820,7 @@ fn auto_profiles_on_the_peer_with_idle_cores() {
         return;
     }
     let s = Scratch::new();
-    let m = Members::start(&s, 2, 1, 16, |i| {
-        let profile = if i == 0 {
-            "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\""
-        } else {
-            "profile = false"
-        };
-        format!(
-            "[tune]\nenabled = true\nstep = \"200ms\"\nhorizon = \"2s\"\nlatency_p99_ms = 50\n\
-             max_recovery_s = 5\n{profile}\n\n[sources.g]\ntype = \"generator\"\nrate = 500\n\n\
-             [sinks.b]\ntype = \"blackhole\"\ninputs = [\"g\"]\n"
-        )
-    });
+    let m = profiling_members(&s, "auto", 500);
     for (i, node) in m.nodes.iter().enumerate() {
         let pid = node.0.as_ref().unwrap().id().to_string();
         let out = std::process::Command::new("taskset")
