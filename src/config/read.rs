@@ -479,9 +479,13 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
         }
     }
     if let (Some(r), GeneratorKind::Readings | GeneratorKind::Nexmark(_)) = (rate, kind) {
-        // Event time follows the configured rate, so windows fire in step
-        // with the wall clock.
+        // Event time follows the configured rate and its steps, so windows
+        // fire in step with the wall clock.
         spec.events_per_second = r;
+        spec.rate_steps = rate_steps
+            .iter()
+            .map(|s| (s.at.as_millis() as i64, s.events_per_second))
+            .collect();
     }
     let schema = generator_schema(kind);
     let default_field = schema.fields()[spec.event_time_field].name.clone();
@@ -518,8 +522,8 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
 }
 
 /// `rate_steps = [{ at = "10s", events_per_second = 3000 }, ...]`: a load
-/// schedule on top of `rate` (only pacing changes: the events, their keys
-/// and event times are the same, so checkpoints and references hold).
+/// schedule on top of `rate` (the events and their keys are the same;
+/// event time follows the schedule where it follows `rate`).
 fn read_rate_steps(
     d: &mut Diagnostics,
     t: &mut TableReader<'_, '_>,

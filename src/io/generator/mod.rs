@@ -10,6 +10,7 @@
 //! | `keys`              | sensors  | keys   | no (ids follow Beam's model) |
 //! | `start_ms`          | yes      | yes    | yes     |
 //! | `events_per_second` | yes      | yes    | yes (of the global person+auction+bid stream) |
+//! | `rate_steps`        | yes      | no     | yes     |
 //! | `disorder_ms`       | yes      | no     | no      |
 //! | `hot_key_percent`   | yes (`s0`) | yes (key 0) | no |
 //! | `event_time_field`  | yes      | yes    | yes     |
@@ -20,6 +21,7 @@
 mod mix;
 mod nexmark;
 mod readings;
+mod timeline;
 mod wcount;
 
 #[cfg(test)]
@@ -63,6 +65,9 @@ pub(crate) struct GeneratorSpec {
     /// For NEXMark `i` is the global event number over persons, auctions
     /// and bids together.
     pub(crate) events_per_second: u64,
+    /// `(ms after the start, events per second)`: from each on, event time
+    /// advances at that rate instead (see [`timeline`]); empty for one rate.
+    pub(crate) rate_steps: Vec<(i64, u64)>,
     /// Readings only: each event's time is moved back by a pseudo-random
     /// amount in `[0, disorder_ms]`.
     pub(crate) disorder_ms: i64,
@@ -93,6 +98,7 @@ impl GeneratorSpec {
             keys,
             start_ms,
             events_per_second,
+            rate_steps: Vec::new(),
             disorder_ms: 0,
             hot_key_percent: 0,
             event_time_field,

@@ -2,7 +2,8 @@
 //! (20.0..=90.0 %), both with one decimal, and `ts`, optionally out of order
 //! by up to `disorder_ms`.
 
-use super::mix::{FloorRatio, below, event_hash, fmix64, is_hot, seed_key};
+use super::mix::{below, event_hash, fmix64, is_hot, seed_key};
+use super::timeline::Timeline;
 use super::{Generator, GeneratorSpec};
 use crate::data::BatchBuilder;
 
@@ -21,7 +22,7 @@ pub(crate) struct Readings {
     key: u64,
     keys: u64,
     start_ms: i64,
-    events_per_second: u64,
+    timeline: Timeline,
     disorder_ms: i64,
     hot_key_percent: u8,
     /// `"s0s1s2.."` with `ends[k]` the end of name `k`: one allocation for
@@ -52,7 +53,7 @@ impl Readings {
             key: seed_key(spec.seed),
             keys: spec.keys,
             start_ms: spec.start_ms,
-            events_per_second: spec.events_per_second,
+            timeline: Timeline::new(spec.events_per_second, &spec.rate_steps),
             disorder_ms: spec.disorder_ms,
             hot_key_percent: spec.hot_key_percent,
             names,
@@ -83,7 +84,7 @@ impl Readings {
 
 impl Generator for Readings {
     fn fill(&mut self, first: u64, step: u64, n: usize, out: &mut BatchBuilder, ingest_ns: u64) {
-        let mut time = FloorRatio::new(first, step, 1000, self.events_per_second);
+        let mut time = self.timeline.offsets(first, step);
         let jitter_range = self.disorder_ms as u64 + 1;
         for k in 0..n as u64 {
             let i = first.wrapping_add(k.wrapping_mul(step));
@@ -103,10 +104,7 @@ impl Generator for Readings {
             } else {
                 0
             };
-            let ts = self
-                .start_ms
-                .wrapping_add(time.get() as i64)
-                .wrapping_sub(jitter);
+            let ts = self.start_ms.wrapping_add(time.get()).wrapping_sub(jitter);
             self.push_sensor(out, sensor);
             out.column_mut(1).push_float(temp);
             out.column_mut(2).push_float(humidity);

@@ -402,3 +402,33 @@ fn hot_key_percent_puts_that_share_on_the_first_key_and_stays_partition_free() {
         assert!(split == whole, "{kind:?}");
     }
 }
+
+#[test]
+fn event_time_keeps_in_step_with_a_rate_schedule() {
+    // 10 events/s for the first second, then 100/s: event 10 is at 1 s
+    // and each one after it 10 ms later, for readings and NEXMark alike.
+    for kind in [
+        GeneratorKind::Readings,
+        GeneratorKind::Nexmark(NexmarkEvents::Bid),
+    ] {
+        let spec = GeneratorSpec {
+            start_ms: 0,
+            events_per_second: 10,
+            rate_steps: vec![(1000, 100)],
+            ..GeneratorSpec::defaults(kind)
+        };
+        let b = generate(&spec, 0, 1, 200, 7);
+        let field = spec.event_time_field;
+        let ts: Vec<i64> = (0..b.len())
+            .map(|r| b.column(field).int(r).unwrap())
+            .collect();
+        if kind == GeneratorKind::Readings {
+            assert_eq!(&ts[8..13], &[800, 900, 1000, 1010, 1020], "{kind:?}");
+            assert_eq!(ts[199], 1000 + 189 * 10, "{kind:?}");
+        } else {
+            // A bid's time is that of its global event number.
+            assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{kind:?}");
+            assert!(ts[199] < 10_000 && ts[199] > 1000, "{kind:?}: {}", ts[199]);
+        }
+    }
+}

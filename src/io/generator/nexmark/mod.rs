@@ -33,6 +33,7 @@ mod strings;
 
 use super::GeneratorSpec;
 use super::mix::{EventRng, event_hash, seed_key};
+use super::timeline::Timeline;
 
 /// Beam's default `firstEventRate`.
 pub(crate) const EVENTS_PER_SECOND: u64 = 10_000;
@@ -159,11 +160,11 @@ fn next_price(rng: &mut EventRng) -> i64 {
 }
 
 /// What all three generators share: the seed key and the clock.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Clock {
     key: u64,
     start_ms: i64,
-    events_per_second: u64,
+    timeline: Timeline,
 }
 
 impl Clock {
@@ -171,15 +172,14 @@ impl Clock {
         Clock {
             key: seed_key(spec.seed),
             start_ms: spec.start_ms,
-            events_per_second: spec.events_per_second,
+            timeline: Timeline::new(spec.events_per_second, &spec.rate_steps),
         }
     }
 
     /// Event time of global event `g`.
     #[inline]
     pub(crate) fn time_of(&self, g: u64) -> i64 {
-        self.start_ms
-            .wrapping_add((g.wrapping_mul(1000) / self.events_per_second) as i64)
+        self.start_ms.wrapping_add(self.timeline.offset_ms(g))
     }
 
     /// The random draws of global event `g`.
