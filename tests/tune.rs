@@ -524,9 +524,10 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
 /// runs every second.
 fn fed(input: &std::path::Path) -> String {
     let head = PIPELINE.split("[sources.g]").next().expect("a head");
+    // Runs as short as the 1 s windows allow (a window, and 1 s to start).
     let head = head.replace(
         "profile = false",
-        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"2s\"",
     );
     format!(
         "{head}{}",

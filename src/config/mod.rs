@@ -12,6 +12,7 @@ mod net;
 mod read;
 mod table;
 mod tune;
+mod tune_duration;
 
 mod validate;
 

@@ -152,6 +152,7 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
         }
     }
     top.finish(&mut d, "a pipeline file");
+    super::tune_duration::settle(&mut config, &mut d);
     if !d.has_errors() && config.components.is_empty() {
         d.error(
             0..0,

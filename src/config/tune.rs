@@ -102,8 +102,12 @@ pub(crate) struct TuneConfig {
     /// `profile`: whether the node starts profiling runs itself. Default
     /// `true`.
     pub(crate) profile: bool,
-    /// `profile_duration`: how long a profiling run is driven. Default 5 s.
+    /// `profile_duration`: how long a profiling run is driven. Left out,
+    /// 5 s or the time the pipeline's windows need to close, if longer
+    /// (see `tune_duration`).
     pub(crate) profile_duration_ms: u64,
+    /// Where `profile_duration` is written, if it is.
+    pub(crate) profile_duration_span: Option<std::ops::Range<usize>>,
     /// `profile_interval`: time between the starts of two profiling runs.
     /// Default 5 min.
     pub(crate) profile_interval_ms: u64,
@@ -142,6 +146,7 @@ impl Default for TuneConfig {
             season_ms: 24 * 3600 * 1000,
             profile: true,
             profile_duration_ms: 5_000,
+            profile_duration_span: None,
             profile_interval_ms: 300_000,
             profile_memory_bytes: 1 << 30,
             profile_on: ProfileOn::Auto,
@@ -236,6 +241,7 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
     }
     if let Some(ms) = t.duration_ms(d, "profile_duration", false) {
         c.profile_duration_ms = ms.value as u64;
+        c.profile_duration_span = Some(ms.span);
     }
     if let Some(ms) = t.duration_ms(d, "profile_interval", false) {
         c.profile_interval_ms = ms.value as u64;
@@ -393,7 +399,7 @@ pub(crate) fn fmt(v: u64, unit: Unit) -> String {
     }
 }
 
-fn fmt_ms(ms: u64) -> String {
+pub(super) fn fmt_ms(ms: u64) -> String {
     humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
 }
 

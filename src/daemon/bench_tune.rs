@@ -176,8 +176,10 @@ profile = true
 profile_duration = "{profile_s}s"
 profile_interval = "{profile}ms"
 "#,
-            // A run must close windows to measure their latency.
-            profile_s = (window_s + 1).max(2),
+            // A run must close windows to measure their latency: the
+            // window, the second `[tune] profile_duration` leaves for the
+            // start at least (the readings are in order), and one to spare.
+            profile_s = window_s + 2,
             horizon = (day_s * 1000 / 8).max(step_ms),
             season = day_s * 1000,
             profile = day_s * 1000 / 6,

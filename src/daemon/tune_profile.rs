@@ -311,7 +311,10 @@ pub(crate) fn derive(
         let Value::Table(s) = s else { continue };
         let kind = s.get("type").and_then(Value::as_str).unwrap_or("?");
         if kind == "generator" {
+            // A run is driven at the target rate throughout: a schedule
+            // of the running pipeline's would take over from its start.
             s.remove("count");
+            s.remove("rate_steps");
             s.insert("rate".into(), share.clone());
             continue;
         }
@@ -526,7 +529,8 @@ mod tests {
     #[test]
     fn the_derived_pipeline_keeps_transforms_and_drives_generators() {
         let text = "[node]\nworkers = 2\ndead_letter = \"/x\"\n[mesh]\ncluster = \"c\"\n[tune]\nenabled = true\n\
-                    [sources.a]\ntype = \"generator\"\ncount = 10\n[sources.b]\ntype = \"generator\"\n\
+                    [sources.a]\ntype = \"generator\"\ncount = 10\n[sources.b]\ntype = \"generator\"\nrate = 5\n\
+                    rate_steps = [{ at = \"1s\", events_per_second = 7 }]\n\
                     [transforms.f]\ntype = \"filter\"\ninputs = [\"a\", \"b\"]\ncondition = \"true\"\n\
                     [sinks.o]\ntype = \"file\"\npath = \"/out\"\ninputs = [\"f\"]\n";
         let settings: BTreeMap<String, u64> = [
@@ -551,7 +555,7 @@ mod tests {
         assert_eq!(n.api.address.port(), 9999);
         assert_eq!(n.dead_letter, Path::new("/tmp/p/dead_letter.jsonl"));
         assert!(
-            out.contains("rate = 500") && !out.contains("count"),
+            out.contains("rate = 500") && !out.contains("count") && !out.contains("rate_steps"),
             "{out}"
         );
         assert!(
