@@ -519,6 +519,58 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
     assert_eq!(gauge(port, "eddy_batch_size"), setting("batch_size") as f64);
 }
 
+/// A cache the tuner chooses is never left below the open state: the
+/// models only know the state of short profiling runs, and a cache the
+/// state outgrows sends bins through sled on every batch. Here every run
+/// told to the optimiser had a 1 MiB cache, so it chooses about that,
+/// while an hour-long window over 200 000 sensors holds tens of MiB.
+#[test]
+fn a_cache_the_tuner_chose_stays_above_the_open_state() {
+    let s = Scratch::new();
+    let port = free_port();
+    let pipeline = APPLIED
+        .replace(
+            "cache_bytes = [\"16MiB\", \"64MiB\"]",
+            "cache_bytes = [\"1MiB\", \"2MiB\"]",
+        )
+        .replace("keys = 64\nrate = 2000", "keys = 200000\nrate = 50000")
+        .replace("size = \"1s\"", "size = \"1h\"");
+    let _daemon = start_with(&s, port, &pipeline);
+    wait_for(port, "a forecast", |v| !v["forecast"].is_null());
+    for (cpu, n) in [(2.0, 1), (3.0, 2)] {
+        let body = json!({
+            "settings": {"workers": 1, "cache_bytes": 1u64 << 20, "checkpoint_interval": 500,
+                         "batch_size": 1024, "flush_interval": 10},
+            "rate": 50000.0, "cpu_s": cpu, "peak_memory_bytes": 40e6 + cpu,
+            "latency_p99_ms": 10.0, "recovery_s": 1.0,
+        });
+        let (code, answer) = post(port, "/tune/observe", &body.to_string());
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&answer).unwrap()["observations"],
+            n
+        );
+    }
+    // Applied, then raised step by step as the state grows.
+    let v = wait_longer(port, "the cache raised above 4 MiB", 120, |v| {
+        v["apply"]["applied"]["settings"]["cache_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 4 << 20)
+    });
+    let a = &v["apply"]["applied"];
+    let how = a["outcome"]["cache_bytes"].as_str().unwrap();
+    assert!(
+        how.starts_with("live, raised to ") && how.contains("the open state holds"),
+        "{a:#}"
+    );
+    let cache = gauge(port, "eddy_state_cache_bytes");
+    assert!(cache > (4u64 << 20) as f64, "{cache}");
+    assert!(
+        cache >= a["settings"]["cache_bytes"].as_u64().unwrap() as f64,
+        "{a:#}"
+    );
+}
+
 /// A pipeline fed by a growing file (`{input}`; any source but a
 /// generator) at about 1000 readings/s by a [`Feeder`], making profiling
 /// runs every second.

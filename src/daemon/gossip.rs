@@ -31,7 +31,6 @@ use crate::mesh::driver::MeshNode;
 use crate::mesh::membership::{MemberState, MembershipConfig};
 use crate::migrate::Strategy;
 use crate::plan::NodeKind;
-use crate::plan::OpSpec;
 
 /// How often a node measures and publishes its summary.
 pub(crate) const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
@@ -118,8 +117,6 @@ struct Inner {
     shared: Option<Arc<Shared>>,
     settings: ControllerSettings,
     strategy: Option<Strategy>,
-    /// When the pipeline was attached (its sources' schedules start then).
-    attached_at: Instant,
     /// The last assignment in force seen (epoch, global worker per bin).
     in_force: Option<(u64, Vec<u32>)>,
     /// A decision to execute (again): made at, from epoch, target.
@@ -173,7 +170,6 @@ impl ClusterSource {
                 shared: None,
                 settings: ControllerSettings::default(),
                 strategy: None,
-                attached_at: Instant::now(),
                 in_force: None,
                 pending: None,
                 forecast: None,
@@ -205,7 +201,6 @@ impl ClusterSource {
         g.shared = reporter.as_ref().map(Reporter::shared);
         g.in_force = None;
         g.pending = None;
-        g.attached_at = Instant::now();
         if let Some(r) = &reporter {
             let plan = r.plan();
             g.shapes = plan
@@ -269,12 +264,9 @@ impl ClusterSource {
                     summarize(&g.shapes, &before, &counters, interval.as_nanos() as u64);
                 // A generator's scheduled rate is what is offered: this
                 // member generates its workers' share of it.
-                let elapsed = now.saturating_duration_since(g.attached_at);
-                let local = shared.workers as f64 / shared.global_workers.max(1) as f64;
-                for (o, node) in operators.iter_mut().zip(&r.plan().nodes) {
-                    if let OpSpec::Generator(source) = &node.op {
-                        o.offered_per_s =
-                            source.rate_at(elapsed).map(|r| (r as f64 * local) as f32);
+                for (i, o) in operators.iter_mut().enumerate() {
+                    if let Some(offered) = r.offered_per_s(i) {
+                        o.offered_per_s = Some(offered as f32);
                     }
                 }
                 if let Some(peak) = g.forecast.as_ref().and_then(|f| f()) {

@@ -358,7 +358,8 @@ impl Shared {
 /// (unix ms / step) is consecutive and survives a restart.
 fn sample_loop(shared: &Shared, stop: &AtomicBool) {
     let step = shared.config.step_ms;
-    let mut baseline: Option<(u64, Instant, u64)> = None;
+    // (generation, when, records out of each source so far)
+    let mut baseline: Option<(u64, Instant, Vec<u64>)> = None;
     while !stop.load(Ordering::Relaxed) {
         let now = unix_ms();
         let next = (now / step + 1) * step;
@@ -370,29 +371,45 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
             }
             std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
         }
-        let (generation, total) = {
+        let (generation, totals, offered) = {
             let r = lock(&shared.reporter);
             let Some(reporter) = r.1.clone() else {
                 baseline = None;
                 continue;
             };
-            let total: u64 = reporter
+            let (totals, offered): (Vec<u64>, Vec<Option<f64>>) = reporter
                 .report()
                 .components
                 .iter()
-                .filter(|c| c.kind == NodeKind::Source)
-                .map(|c| c.counters.records_out)
-                .sum();
-            (r.0, total)
+                .enumerate()
+                .filter(|(_, c)| c.kind == NodeKind::Source)
+                .map(|(i, c)| (c.counters.records_out, reporter.offered_per_s(i)))
+                .unzip();
+            (r.0, totals, offered)
         };
         let at = Instant::now();
-        let rate = match baseline {
-            Some((g, t, n)) if g == generation && total >= n => {
-                Some((total - n) as f64 / at.duration_since(t).as_secs_f64().max(1e-3))
+        // The demand: what the sources gave, or what a paced generator is
+        // offered when it is more. A pipeline that falls behind (settings
+        // too lean for the rate) takes less than it is offered, and a rate
+        // forecast from its output alone would keep those settings.
+        let rate = match &baseline {
+            Some((g, t, before)) if *g == generation && before.len() == totals.len() => {
+                let secs = at.duration_since(*t).as_secs_f64().max(1e-3);
+                Some(
+                    totals
+                        .iter()
+                        .zip(before)
+                        .zip(&offered)
+                        .map(|((&now, &then), offered)| {
+                            let out = now.saturating_sub(then) as f64 / secs;
+                            offered.map_or(out, |o| o.max(out))
+                        })
+                        .sum(),
+                )
             }
             _ => None,
         };
-        baseline = Some((generation, at, total));
+        baseline = Some((generation, at, totals));
         if let Some(rate) = rate {
             let due = {
                 let mut inner = lock(&shared.inner);
@@ -404,18 +421,43 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
             if let Some(choice) = due {
                 apply(shared, generation, &choice);
             }
+            keep_cache(shared, generation);
         }
     }
 }
 
+/// Between two choices, the cache the tuner set stays ahead of the open
+/// state as it grows (see `tune_apply::keep_cache_above_state`).
+fn keep_cache(shared: &Shared, generation: u64) {
+    let set_by_tuner = lock(&shared.inner)
+        .applied
+        .as_ref()
+        .is_some_and(|(g, a)| *g == generation && a.settings.contains_key("cache_bytes"));
+    let Some(reporter) = running(shared, generation).filter(|_| set_by_tuner) else {
+        return;
+    };
+    if reporter.plan().node.checkpoint_interval_ms.is_none() {
+        return;
+    }
+    if let Some((bytes, how)) = super::tune_apply::keep_cache_above_state(&reporter) {
+        tracing::info!("tuner: cache_bytes {how}");
+        if let Some((_, a)) = &mut lock(&shared.inner).applied {
+            a.settings.insert("cache_bytes".into(), bytes);
+            a.outcome.insert("cache_bytes".into(), how);
+        }
+    }
+}
+
+/// The pipeline of `generation`, if it still runs.
+fn running(shared: &Shared, generation: u64) -> Option<Reporter> {
+    let r = lock(&shared.reporter);
+    r.1.clone().filter(|_| r.0 == generation)
+}
+
 /// Applies `choice` to the pipeline of `generation`, if it still runs.
 fn apply(shared: &Shared, generation: u64, choice: &ChoiceView) {
-    let reporter = {
-        let r = lock(&shared.reporter);
-        match &r.1 {
-            Some(reporter) if r.0 == generation => reporter.clone(),
-            _ => return,
-        }
+    let Some(reporter) = running(shared, generation) else {
+        return;
     };
     let outcome = super::tune_apply::apply(&reporter, &choice.settings);
     let mut inner = lock(&shared.inner);

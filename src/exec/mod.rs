@@ -253,6 +253,18 @@ impl Reporter {
         &self.plan
     }
 
+    /// The rate plan node `node` is offered now, where it is known: a
+    /// paced generator's schedule at this moment, this node's share of
+    /// it. A backlogged pipeline takes less out of its sources than they
+    /// are offered, so their output rate hides the demand.
+    pub(crate) fn offered_per_s(&self, node: usize) -> Option<f64> {
+        let crate::plan::OpSpec::Generator(g) = &self.plan.nodes.get(node)?.op else {
+            return None;
+        };
+        let share = self.shared.workers as f64 / self.shared.global_workers.max(1) as f64;
+        g.rate_at(self.started.elapsed()).map(|r| r as f64 * share)
+    }
+
     /// The counters of every instance, `[component][local worker]` (the
     /// controller's gossip reads per-instance rates from them).
     pub(crate) fn instances(&self) -> Vec<Vec<Counters>> {
