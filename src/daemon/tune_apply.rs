@@ -50,10 +50,11 @@ pub(crate) fn apply(
                 "live: the next checkpoint is taken this long after the last".to_string()
             }
             "cache_bytes" if stateful => {
-                let floor = cache_floor(reporter);
+                let state = open_state_bytes(reporter);
+                let floor = (state as f64 * CACHE_HEADROOM) as u64;
                 shared.live.set_cache_bytes(v.max(floor));
                 if v < floor {
-                    raised(floor)
+                    raised(floor, state)
                 } else {
                     "live: window state beyond it spills to sled at the next batch".to_string()
                 }
@@ -87,22 +88,21 @@ const CACHE_HEADROOM: f64 = 1.5;
 /// Re-checked every step: raised once the state passes this share of it.
 const CACHE_HIGH_WATER: f64 = 0.8;
 
-/// The least cache for the open state of this node's windows now.
-fn cache_floor(reporter: &Reporter) -> u64 {
-    let state: u64 = reporter
+/// The open state of this node's keyed operators now.
+fn open_state_bytes(reporter: &Reporter) -> u64 {
+    reporter
         .bins()
         .iter()
         .flat_map(|b| b.state_bytes.iter())
-        .sum();
-    (state as f64 * CACHE_HEADROOM) as u64
+        .sum()
 }
 
-fn raised(to: u64) -> String {
+fn raised(to: u64, state: u64) -> String {
     format!(
         "live, raised to {} MiB: the open state holds {} MiB now, and a cache it outgrows \
          sends bins through sled on every batch",
         to >> 20,
-        (to as f64 / CACHE_HEADROOM) as u64 >> 20,
+        state >> 20,
     )
 }
 
@@ -110,14 +110,13 @@ fn raised(to: u64) -> String {
 /// passed [`CACHE_HIGH_WATER`] of it since, and says how.
 pub(crate) fn keep_cache_above_state(reporter: &Reporter) -> Option<(u64, String)> {
     let shared = reporter.shared();
-    let cache = shared.live.cache_bytes();
-    let floor = cache_floor(reporter);
-    let state = (floor as f64 / CACHE_HEADROOM) as u64;
-    if (state as f64) <= cache as f64 * CACHE_HIGH_WATER {
+    let state = open_state_bytes(reporter);
+    if state as f64 <= shared.live.cache_bytes() as f64 * CACHE_HIGH_WATER {
         return None;
     }
-    shared.live.set_cache_bytes(floor);
-    Some((floor, raised(floor)))
+    let to = (state as f64 * CACHE_HEADROOM) as u64;
+    shared.live.set_cache_bytes(to);
+    Some((to, raised(to, state)))
 }
 
 /// Moves the bins of every keyed operator onto `want` of this node's
