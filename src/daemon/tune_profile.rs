@@ -134,7 +134,7 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
         return Err(format!("the run failed ({status:?}): {stderr}"));
     }
     let latency_p99_ms =
-        sink_p99_ms(&stderr).ok_or_else(|| format!("the run printed no sink latency: {stderr}"))?;
+        sink_p99_ms(&stderr).ok_or_else(|| no_latency(&stderr, p.rate, p.duration))?;
 
     // Recovery: start again on the checkpoint it just took.
     let started = Instant::now();
@@ -489,6 +489,39 @@ pub(crate) fn terminate(pid: u32) {
         .status();
 }
 
+/// Why a run measured no latency, from its `--stats`: nothing reached
+/// its sinks, because its sources fell behind the rate (the candidate
+/// cannot carry it here) or because no window closed in time; with the
+/// first warning the run logged, which names the cause when it knows it
+/// (a cache the state outgrew, say).
+fn no_latency(stats: &str, rate: f64, duration: Duration) -> String {
+    // Sources are the rows without records in.
+    let given: u64 = stats
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && f[2] == "-").then(|| f[3].parse::<u64>().ok())?
+        })
+        .sum();
+    let due = rate * duration.as_secs_f64();
+    let why = if (given as f64) < 0.9 * due {
+        format!(
+            "its sources gave {given} of the {due:.0} records due at {rate:.0}/s: these settings \
+             fell behind"
+        )
+    } else {
+        format!(
+            "its sources gave the {given} records due, but no window closed in {} s",
+            duration.as_secs()
+        )
+    };
+    let warning = stats
+        .lines()
+        .find_map(|l| l.split_once(" WARN ").map(|(_, w)| w.trim()))
+        .map_or(String::new(), |w| format!(" (it warned: {w})"));
+    format!("no output reached the run's sinks, so it measured no latency: {why}{warning}")
+}
+
 /// The highest p99 of the blackhole sinks in a `--stats` table (its
 /// columns end in p50, p99, p999 ms).
 fn sink_p99_ms(stats: &str) -> Option<f64> {
@@ -593,6 +626,34 @@ mod tests {
         let stats = "component type in out errors late true rate/s p50 ms p99 ms p999 ms\n\
                      g generator 0 10 0 0 - - - -\no blackhole 10 0 0 0 5.0 0.100 2.500 3.000\n";
         assert_eq!(sink_p99_ms(stats), Some(2.5));
+    }
+
+    #[test]
+    fn a_run_without_output_says_whether_it_fell_behind() {
+        let stats = |out: u64| {
+            format!(
+                "2026-12-02T08:54:06Z  WARN the state of w's open windows does not fit its cache \
+                 share operator=w\ncomponent type in out errors late true rate/s p50 ms p99 ms p999 ms\n\
+                 g generator - {out} 0 0 845168 - - -\nw window {out} 0 0 0 30430 - - -\n\
+                 o blackhole 0 - 0 0 0 - - -\n"
+            )
+        };
+        let secs = Duration::from_secs(12);
+        let behind = no_latency(&stats(397_547), 100_000.0, secs);
+        assert!(sink_p99_ms(&stats(397_547)).is_none());
+        assert!(
+            behind.starts_with(
+                "no output reached the run's sinks, so it measured no latency: its sources gave \
+                 397547 of the 1200000 records due at 100000/s: these settings fell behind (it \
+                 warned: the state of w's open windows does not fit its cache share operator=w)"
+            ),
+            "{behind}"
+        );
+        let kept_up = no_latency(&stats(1_200_000), 100_000.0, secs);
+        assert!(
+            kept_up.contains("gave the 1200000 records due, but no window closed in 12 s"),
+            "{kept_up}"
+        );
     }
 
     #[test]
