@@ -483,10 +483,7 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
         // Event time follows the configured rate and its steps, so windows
         // fire in step with the wall clock.
         spec.events_per_second = r;
-        spec.rate_steps = rate_steps
-            .iter()
-            .map(|s| (s.at.as_millis() as i64, s.events_per_second))
-            .collect();
+        spec.rate_steps = rate_steps.clone();
     }
     let schema = generator_schema(kind);
     let default_field = schema.fields()[spec.event_time_field].name.clone();

@@ -65,9 +65,9 @@ pub(crate) struct GeneratorSpec {
     /// For NEXMark `i` is the global event number over persons, auctions
     /// and bids together.
     pub(crate) events_per_second: u64,
-    /// `(ms after the start, events per second)`: from each on, event time
-    /// advances at that rate instead (see [`timeline`]); empty for one rate.
-    pub(crate) rate_steps: Vec<(i64, u64)>,
+    /// From each step's `at` on, event time advances at its rate instead
+    /// (see [`timeline`]); empty for one rate.
+    pub(crate) rate_steps: Vec<crate::config::RateStep>,
     /// Readings only: each event's time is moved back by a pseudo-random
     /// amount in `[0, disorder_ms]`.
     pub(crate) disorder_ms: i64,

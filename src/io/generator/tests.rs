@@ -414,7 +414,10 @@ fn event_time_keeps_in_step_with_a_rate_schedule() {
         let spec = GeneratorSpec {
             start_ms: 0,
             events_per_second: 10,
-            rate_steps: vec![(1000, 100)],
+            rate_steps: vec![crate::config::RateStep {
+                at: std::time::Duration::from_secs(1),
+                events_per_second: 100,
+            }],
             ..GeneratorSpec::defaults(kind)
         };
         let b = generate(&spec, 0, 1, 200, 7);

@@ -8,6 +8,7 @@
 //! a tenth of its peak to the peak, so a 10 s window closed every second.
 
 use super::mix::FloorRatio;
+use crate::config::RateStep;
 
 /// One stretch of the schedule: from event `first` on, at `at_ms` after
 /// the start, `eps` events per second.
@@ -25,15 +26,16 @@ pub(crate) struct Timeline {
 }
 
 impl Timeline {
-    /// `steps`: `(ms after the start, events per second)` in time order,
-    /// replacing `eps` from then on (a zero rate pauses).
-    pub(crate) fn new(eps: u64, steps: &[(i64, u64)]) -> Timeline {
+    /// `steps` in time order, each replacing `eps` from its `at` on (a
+    /// zero rate pauses).
+    pub(crate) fn new(eps: u64, steps: &[RateStep]) -> Timeline {
         let mut stretches = vec![Stretch {
             first: 0,
             at_ms: 0,
             eps,
         }];
-        for &(at_ms, eps) in steps {
+        for step in steps {
+            let (at_ms, eps) = (step.at.as_millis() as i64, step.events_per_second);
             let last = *stretches.last().expect("one stretch at least");
             let at_ms = at_ms.max(last.at_ms);
             let first =
@@ -68,34 +70,40 @@ impl Timeline {
     /// Milliseconds after the start at which event `i` is due.
     pub(crate) fn offset_ms(&self, i: u64) -> i64 {
         let s = self.stretches[self.stretch(i)];
-        s.at_ms + ((i - s.first) as u128 * 1000 / u128::from(s.eps)) as i64
+        // NEXMark asks per event: a 64-bit division unless it overflows.
+        let ms = match (i - s.first).checked_mul(1000) {
+            Some(n) => n / s.eps,
+            None => ((i - s.first) as u128 * 1000 / u128::from(s.eps)) as u64,
+        };
+        s.at_ms + ms as i64
     }
 
     /// The offsets of events `first, first + step, ..` (`n` of them) in
     /// turn: one division per stretch the events cross, not per event.
     pub(crate) fn offsets(&self, first: u64, step: u64) -> Offsets<'_> {
-        let k = self.stretch(first);
-        Offsets {
+        let mut o = Offsets {
             timeline: self,
-            k,
             i: first,
             step,
-            ratio: self.ratio(k, first, step),
-        }
-    }
-
-    fn ratio(&self, k: usize, i: u64, step: u64) -> FloorRatio {
-        let s = self.stretches[k];
-        FloorRatio::new(i - s.first, step, 1000, s.eps)
+            at_ms: 0,
+            next_first: 0,
+            ratio: FloorRatio::new(0, 0, 1000, 1),
+        };
+        o.enter_stretch();
+        o
     }
 }
 
 /// See [`Timeline::offsets`].
 pub(crate) struct Offsets<'a> {
     timeline: &'a Timeline,
-    k: usize,
     i: u64,
     step: u64,
+    /// The current stretch's start, and the first event of the next one
+    /// (`u64::MAX` for the last): the per-event work is an add and a
+    /// compare.
+    at_ms: i64,
+    next_first: u64,
     ratio: FloorRatio,
 }
 
@@ -103,28 +111,42 @@ impl Offsets<'_> {
     /// The current event's offset in ms.
     #[inline(always)]
     pub(crate) fn get(&self) -> i64 {
-        self.timeline.stretches[self.k].at_ms + self.ratio.get() as i64
+        self.at_ms + self.ratio.get() as i64
     }
 
     #[inline(always)]
     pub(crate) fn advance(&mut self) {
         self.i = self.i.wrapping_add(self.step);
         self.ratio.advance();
-        if self
-            .timeline
-            .stretches
-            .get(self.k + 1)
-            .is_some_and(|next| next.first <= self.i)
-        {
-            self.k = self.timeline.stretch(self.i);
-            self.ratio = self.timeline.ratio(self.k, self.i, self.step);
+        if self.i >= self.next_first {
+            self.enter_stretch();
         }
+    }
+
+    /// Starts counting in the stretch the current event lies in.
+    #[cold]
+    fn enter_stretch(&mut self) {
+        let t = self.timeline;
+        let k = t.stretch(self.i);
+        let s = t.stretches[k];
+        self.at_ms = s.at_ms;
+        self.next_first = t.stretches.get(k + 1).map_or(u64::MAX, |n| n.first);
+        self.ratio = FloorRatio::new(self.i - s.first, self.step, 1000, s.eps);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn steps(s: &[(u64, u64)]) -> Vec<RateStep> {
+        s.iter()
+            .map(|&(ms, eps)| RateStep {
+                at: std::time::Duration::from_millis(ms),
+                events_per_second: eps,
+            })
+            .collect()
+    }
 
     #[test]
     fn one_rate_spaces_events_evenly() {
@@ -136,7 +158,7 @@ mod tests {
     #[test]
     fn each_step_continues_where_the_one_before_left_off() {
         // 10/s for 1 s (events 0..10), paused for 1 s, then 100/s.
-        let t = Timeline::new(10, &[(1000, 0), (2000, 100)]);
+        let t = Timeline::new(10, &steps(&[(1000, 0), (2000, 100)]));
         assert_eq!(t.offset_ms(0), 0);
         assert_eq!(t.offset_ms(9), 900);
         assert_eq!(t.offset_ms(10), 2000, "the pause moves time on");
@@ -149,7 +171,7 @@ mod tests {
 
     #[test]
     fn offsets_in_strides_equal_the_offsets_one_by_one() {
-        let t = Timeline::new(7, &[(300, 50), (900, 3), (1000, 0), (4000, 1000)]);
+        let t = Timeline::new(7, &steps(&[(300, 50), (900, 3), (1000, 0), (4000, 1000)]));
         for (first, step) in [(0, 1), (1, 3), (5, 256), (40, 17)] {
             let mut it = t.offsets(first, step);
             for k in 0..400u64 {
