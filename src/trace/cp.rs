@@ -17,6 +17,7 @@
 //! spanning path this is the definition above (`Σ_e w_e · N(e) = N · T`);
 //! the report says which one a window used.
 
+use super::cores::{Cores, both};
 use super::event::Kind;
 use super::graph::{Pag, PagEdge};
 
@@ -102,7 +103,7 @@ pub(crate) enum Paths {
 #[cfg(test)]
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     let mut scratch = CpScratch::default();
-    let (ln_paths, paths) = critical_participation_in(pag, &mut scratch);
+    let (ln_paths, paths) = critical_participation_in(pag, &mut scratch, Cores::ONE);
     (scratch.cp, ln_paths, paths)
 }
 
@@ -130,8 +131,13 @@ fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
 
 /// The CP of every edge of `pag` (0 for waiting edges; left in
 /// `scratch.cp`), `ln` of the number of paths it is over, and which paths
-/// those are.
-pub(crate) fn critical_participation_in(pag: &Pag, scratch: &mut CpScratch) -> (f64, Paths) {
+/// those are. On two `cores` the forward and backward counts run side by
+/// side.
+pub(crate) fn critical_participation_in(
+    pag: &Pag,
+    scratch: &mut CpScratch,
+    cores: Cores,
+) -> (f64, Paths) {
     let n = pag.nodes;
     let CpScratch {
         cp,
@@ -207,7 +213,12 @@ pub(crate) fn critical_participation_in(pag: &Pag, scratch: &mut CpScratch) -> (
             }
         });
     }
-    let mut counts = Counts { f, b, cp };
+    let mut counts = Counts {
+        f,
+        b,
+        cp,
+        split: cores.split(n),
+    };
     if pag.ends.iter().any(|&e| reached[e as usize]) {
         let (_, ln_paths) = count(pag, g, order, &pag.starts, &pag.ends, &mut counts);
         return (ln_paths, Paths::Spanning);
@@ -220,11 +231,13 @@ pub(crate) fn critical_participation_in(pag: &Pag, scratch: &mut CpScratch) -> (
     (ln_paths, Paths::Busy)
 }
 
-/// Where [`count`] counts: paths to and from each point, and the result.
+/// Where [`count`] counts: paths to and from each point, and the result;
+/// whether on two cores.
 struct Counts<'a> {
     f: &'a mut Vec<Count>,
     b: &'a mut Vec<Count>,
     cp: &'a mut Vec<f64>,
+    split: bool,
 }
 
 fn carries(e: &PagEdge) -> bool {
@@ -269,51 +282,72 @@ fn count(
     out: &mut Counts<'_>,
 ) -> (f64, f64) {
     let n = pag.nodes;
-    let Counts { f, b, cp } = out;
-    refill(f, n, Count::ZERO);
-    for &s in starts {
-        f[s as usize] = Count::ONE;
-    }
-    for &v in order {
-        let fv = f[v as usize];
-        if fv.m == 0.0 {
-            continue;
-        }
-        g.each(v, |to| f[to as usize] = f[to as usize].add(fv));
-    }
+    let Counts { f, b, cp, split } = out;
+    // The paths from the starts to each point, and from each point to the
+    // ends: neither needs the other.
+    both(
+        *split,
+        || {
+            refill(f, n, Count::ZERO);
+            for &s in starts {
+                f[s as usize] = Count::ONE;
+            }
+            for &v in order {
+                let fv = f[v as usize];
+                if fv.m == 0.0 {
+                    continue;
+                }
+                g.each(v, |to| f[to as usize] = f[to as usize].add(fv));
+            }
+        },
+        || {
+            refill(b, n, Count::ZERO);
+            for &e in ends {
+                b[e as usize] = Count::ONE;
+            }
+            for &v in order.iter().rev() {
+                let mut bv = b[v as usize];
+                g.each(v, |to| bv = bv.add(b[to as usize]));
+                b[v as usize] = bv;
+            }
+        },
+    );
     let paths = ends
         .iter()
         .fold(Count::ZERO, |acc, &e| acc.add(f[e as usize]));
     cp.clear();
+    cp.resize(pag.edges.len(), 0.0);
     if paths.m == 0.0 {
-        cp.resize(pag.edges.len(), 0.0);
         return (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    }
-    refill(b, n, Count::ZERO);
-    for &e in ends {
-        b[e as usize] = Count::ONE;
-    }
-    for &v in order.iter().rev() {
-        let mut bv = b[v as usize];
-        g.each(v, |to| bv = bv.add(b[to as usize]));
-        b[v as usize] = bv;
     }
     // w · N(e) per edge, N(e) = f(from) · b(to): `m` below 2^(2·SHIFT),
     // exponents summed. No edge is on more paths than there are, so scaled
     // by the count of all paths each fits an `f64`; their sum is the
     // length of all paths (so scaled).
     let top = paths.e;
-    let mut length = 0.0;
-    cp.extend(pag.edges.iter().map(|e| {
-        let (f, b) = (f[e.from as usize], b[e.to as usize]);
-        if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
-            return 0.0;
+    let (f, b) = (&**f, &**b);
+    let weigh = |edges: &[PagEdge], cp: &mut [f64]| {
+        let mut length = 0.0;
+        for (e, c) in edges.iter().zip(cp) {
+            let (f, b) = (f[e.from as usize], b[e.to as usize]);
+            if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
+                continue;
+            }
+            let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
+            *c = e.w as f64 * f.m * b.m * down;
+            length += *c;
         }
-        let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
-        let c = e.w as f64 * f.m * b.m * down;
-        length += c;
-        c
-    }));
+        length
+    };
+    let mid = pag.edges.len() / 2;
+    let (first, second) = pag.edges.split_at(mid);
+    let (cp_first, cp_second) = cp.split_at_mut(mid);
+    let (l1, l2) = both(
+        *split,
+        || weigh(first, cp_first),
+        || weigh(second, cp_second),
+    );
+    let length = l1 + l2;
     if length == 0.0 {
         return (f64::NEG_INFINITY, paths.ln());
     }
@@ -498,9 +532,15 @@ mod tests {
                     events: e,
                 })
                 .collect();
-            build_into(&mut pag, &mut graph, &inputs, 0, 1000, true);
+            // Every other case on two cores, split however small.
+            let cores = if case % 2 == 0 {
+                Cores::TWO
+            } else {
+                Cores::ONE
+            };
+            build_into(&mut pag, &mut graph, &inputs, 0, 1000, true, cores);
             let pag = &pag;
-            let (ln_paths, paths) = critical_participation_in(pag, &mut scratch);
+            let (ln_paths, paths) = critical_participation_in(pag, &mut scratch, cores);
             let fast = &scratch.cp;
             let (mut slow, mut total) = brute_force(pag, &pag.starts, &pag.ends);
             if total > 0 {

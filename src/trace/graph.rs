@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::cores::{Cores, both};
 use super::event::{DATA_BIT, Event, Kind, NO_OP};
 
 /// One lane's events as the analysis sees them.
@@ -101,14 +102,8 @@ pub(crate) fn build(lanes: &[LaneInput<'_>], ws: u64, we: u64) -> Pag {
 #[cfg(test)]
 pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: bool) -> Pag {
     let mut pag = Pag::default();
-    build_into(
-        &mut pag,
-        &mut GraphScratch::default(),
-        lanes,
-        ws,
-        we,
-        compact,
-    );
+    let mut scratch = GraphScratch::default();
+    build_into(&mut pag, &mut scratch, lanes, ws, we, compact, Cores::ONE);
     pag
 }
 
@@ -118,12 +113,22 @@ pub(crate) fn build_with(lanes: &[LaneInput<'_>], ws: u64, we: u64, compact: boo
 /// page clearing and `munmap`).
 #[derive(Default)]
 pub(crate) struct GraphScratch {
+    own: LaneScratch,
+    join: JoinScratch,
+    /// The second half of the lanes, built on another core (see
+    /// [`Cores`]) and then appended.
+    other: Option<Box<(Pag, LaneScratch)>>,
+}
+
+/// What building lanes needs besides the graph.
+#[derive(Default)]
+struct LaneScratch {
+    /// Message ends, to join once every lane is in.
     sends: Vec<End>,
     recvs: Vec<End>,
     spans: Vec<Segment>,
     instants: Vec<(u64, Event)>,
     segs: Vec<Segment>,
-    join: JoinScratch,
 }
 
 /// Clears `v` and makes room for `n`, keeping its allocation.
@@ -141,10 +146,108 @@ fn reuse<T>(v: &mut Vec<T>, n: usize) {
 /// path through one of the run's activities runs through all of them, and
 /// each piece's CP is its share of the run's by duration. It makes the
 /// graph several times smaller than one node per span.
+///
+/// On two `cores` the lanes are built in two halves of about as many
+/// events each; the graph is the one a single core builds.
 pub(crate) fn build_into(
     pag: &mut Pag,
     scratch: &mut GraphScratch,
     lanes: &[LaneInput<'_>],
+    ws: u64,
+    we: u64,
+    compact: bool,
+    cores: Cores,
+) {
+    let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
+    let GraphScratch {
+        own,
+        join: join_scratch,
+        other,
+    } = scratch;
+    let half = halfway(lanes, logged);
+    if cores.split(logged) && half > 0 && half < lanes.len() {
+        let (first, second) = lanes.split_at(half);
+        let (opag, oscratch) = &mut **other.get_or_insert_with(Default::default);
+        both(
+            true,
+            || build_lanes(pag, own, first, 0, ws, we, compact),
+            || build_lanes(opag, oscratch, second, half as u32, ws, we, compact),
+        );
+        append(pag, own, opag, oscratch);
+    } else {
+        build_lanes(pag, own, lanes, 0, ws, we, compact);
+    }
+    pag.span = we.saturating_sub(ws);
+    pag.first_message = pag.edges.len();
+    join(join_scratch, &own.sends, &own.recvs, |send, recv| {
+        if send.t <= recv.t {
+            pag.edges.push(PagEdge {
+                from: send.node,
+                to: recv.node,
+                w: recv.t - send.t,
+                kind: if recv.id & DATA_BIT != 0 {
+                    Kind::DataMessage
+                } else {
+                    Kind::ControlMessage
+                },
+                lane: send.lane,
+                to_lane: recv.lane,
+                first_piece: 0,
+                pieces: 0,
+            });
+        }
+    });
+}
+
+/// Where to cut `lanes` (of `logged` events in all) into two runs of
+/// about as many events each.
+fn halfway(lanes: &[LaneInput<'_>], logged: usize) -> usize {
+    let mut before = 0;
+    for (i, l) in lanes.iter().enumerate() {
+        let after = before + l.events.len();
+        if 2 * after >= logged {
+            // Lane `i` goes to the side it leaves the less uneven.
+            return if after - logged / 2 <= logged / 2 - before {
+                i + 1
+            } else {
+                i
+            };
+        }
+        before = after;
+    }
+    lanes.len()
+}
+
+/// Appends the graph of later lanes (`o`, numbered from 0) to `pag`.
+fn append(pag: &mut Pag, own: &mut LaneScratch, o: &Pag, os: &LaneScratch) {
+    let (nodes, pieces) = (pag.nodes as u32, pag.pieces.len() as u32);
+    pag.starts.extend(o.starts.iter().map(|v| v + nodes));
+    pag.ends.extend(o.ends.iter().map(|v| v + nodes));
+    pag.edges.extend(o.edges.iter().map(|e| PagEdge {
+        from: e.from + nodes,
+        to: e.to + nodes,
+        first_piece: e.first_piece + pieces,
+        ..*e
+    }));
+    pag.pieces.extend_from_slice(&o.pieces);
+    pag.carries_next.extend_from_slice(&o.carries_next);
+    pag.nodes += o.nodes;
+    pag.events += o.events;
+    let moved = |e: &End| End {
+        node: e.node + nodes,
+        ..*e
+    };
+    own.sends.extend(os.sends.iter().map(moved));
+    own.recvs.extend(os.recvs.iter().map(moved));
+}
+
+/// Builds the timelines of `lanes` (the first of them lane `first_lane`)
+/// into `pag`, cleared first, and their message ends into `scratch`.
+fn build_lanes(
+    pag: &mut Pag,
+    scratch: &mut LaneScratch,
+    lanes: &[LaneInput<'_>],
+    first_lane: u32,
     ws: u64,
     we: u64,
     compact: bool,
@@ -156,20 +259,17 @@ pub(crate) fn build_into(
     reuse(&mut pag.pieces, logged);
     reuse(&mut pag.carries_next, logged / 2 + 2 * lanes.len());
     (pag.nodes, pag.first_message, pag.events) = (0, 0, 0);
-    pag.span = we.saturating_sub(ws);
-    // Message ends, to join once every lane is in.
-    let GraphScratch {
+    let LaneScratch {
         sends,
         recvs,
         spans,
         instants,
         segs,
-        join: join_scratch,
     } = scratch;
     reuse(sends, logged / 4);
     reuse(recvs, logged / 4);
     for (lane_ix, lane) in lanes.iter().enumerate() {
-        let lane_ix = lane_ix as u32;
+        let lane_ix = first_lane + lane_ix as u32;
         spans.clear();
         instants.clear();
         for e in lane.events {
@@ -236,25 +336,6 @@ pub(crate) fn build_into(
         run.close(pag, we);
         pag.ends.push(run.node);
     }
-    pag.first_message = pag.edges.len();
-    join(join_scratch, sends, recvs, |send, recv| {
-        if send.t <= recv.t {
-            pag.edges.push(PagEdge {
-                from: send.node,
-                to: recv.node,
-                w: recv.t - send.t,
-                kind: if recv.id & DATA_BIT != 0 {
-                    Kind::DataMessage
-                } else {
-                    Kind::ControlMessage
-                },
-                lane: send.lane,
-                to_lane: recv.lane,
-                first_piece: 0,
-                pieces: 0,
-            });
-        }
-    });
 }
 
 /// One end of a message: its point in the graph.

@@ -13,6 +13,7 @@
 //! branch.
 
 mod collector;
+pub(crate) mod cores;
 pub(crate) mod cp;
 pub(crate) mod event;
 pub(crate) mod graph;

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::cores::Cores;
 use super::cp::{CpScratch, Paths, critical_participation_in};
 use super::event::{Event, Kind, NO_OP};
 use super::graph::{GraphScratch, LaneInput, Pag, build_into};
@@ -122,6 +123,7 @@ pub(crate) struct Analysis {
     cp: CpScratch,
     /// The most events a window analysed in this memory had.
     sized_for: usize,
+    pub(crate) cores: Cores,
 }
 
 /// Builds the graph of `[ws, we)` in `a`'s memory and sums its critical
@@ -136,7 +138,10 @@ pub(crate) fn analyze<'a>(
     // What a burst left is let go once windows are a quarter of its size.
     let logged: usize = lanes.iter().map(|l| l.events.len()).sum();
     if logged.saturating_mul(4) < a.sized_for {
-        *a = Analysis::default();
+        *a = Analysis {
+            cores: a.cores,
+            ..Analysis::default()
+        };
     }
     a.sized_for = a.sized_for.max(logged);
     let inputs: Vec<LaneInput<'_>> = lanes
@@ -146,9 +151,15 @@ pub(crate) fn analyze<'a>(
             events: l.events,
         })
         .collect();
-    let Analysis { pag, graph, cp, .. } = a;
-    build_into(pag, graph, &inputs, ws, we, true);
-    let (ln_paths, paths) = critical_participation_in(pag, cp);
+    let Analysis {
+        pag,
+        graph,
+        cp,
+        cores,
+        ..
+    } = a;
+    build_into(pag, graph, &inputs, ws, we, true, *cores);
+    let (ln_paths, paths) = critical_participation_in(pag, cp, *cores);
     let cp = &cp.cp;
     let (mut activities, mut operators, mut workers, mut peers) = (
         Acc::default(),

@@ -324,6 +324,7 @@ pub(crate) fn analyze_lanes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::cores::Cores;
 
     #[test]
     fn a_synthetic_window_sums_to_one_per_dimension() {
@@ -376,6 +377,45 @@ mod tests {
             assert!(fresh.events > 0);
             (fresh.analysis_ms, again.analysis_ms) = (0.0, 0.0);
             assert_eq!(fresh, again);
+        }
+    }
+
+    /// Two cores build the graph in two halves and count side by side:
+    /// the answer is one core's, but for the order of a float sum.
+    #[test]
+    fn two_cores_answer_as_one() {
+        let second = 1_000_000_000;
+        for (nodes, workers, per_worker, seed) in
+            [(2, 2, 6_000, 5), (1, 3, 4_000, 6), (2, 1, 50, 7)]
+        {
+            let lanes = pipeline(nodes, workers, second, per_worker, seed);
+            let mut one = Analysis::default();
+            one.cores = Cores::ONE;
+            let mut two = Analysis::default();
+            two.cores = Cores::TWO;
+            let a = analyze_lanes(&mut one, &lanes, 0, second);
+            let b = analyze_lanes(&mut two, &lanes, 0, second);
+            assert_eq!((a.events, &a.paths), (b.events, &b.paths));
+            let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(1.0);
+            assert!(close(
+                a.paths_log10.unwrap_or(0.0),
+                b.paths_log10.unwrap_or(0.0)
+            ));
+            for (ra, rb) in [
+                (&a.activities, &b.activities),
+                (&a.operators, &b.operators),
+                (&a.workers, &b.workers),
+                (&a.peers, &b.peers),
+            ] {
+                assert_eq!(ra.len(), rb.len());
+                for (x, y) in ra.iter().zip(rb.iter()) {
+                    assert!(
+                        close(x.cp, y.cp) && x.share == y.share,
+                        "{x:?} on one core, {y:?} on two"
+                    );
+                }
+            }
+            assert!(a.activities.iter().any(|r| r.cp > 0.0));
         }
     }
 }
