@@ -243,6 +243,58 @@ fn the_tuner_samples_forecasts_chooses_and_remembers() {
         !v["optimizer"]["choice"].is_null()
     });
     assert!(v["error"]["scored"].as_u64().unwrap() >= 10);
+
+    // A run that fell behind, with a backlog under the goal at its end and
+    // the least CPU and memory of all: it still misses the goal, so it is
+    // neither feasible nor on the front.
+    let mut behind: Value = serde_json::from_str(&run(4, 256, 0.5, 40e6, 10.0)).unwrap();
+    behind["fell_behind"] = json!(true);
+    let (code, answer) = post(port, "/tune/observe", &behind.to_string());
+    assert_eq!(code, 200, "{answer}");
+    let v = wait_for(port, "the fifth run", |v| {
+        v["optimizer"]["observations"].as_array().unwrap().len() == 5
+    });
+    let o = &v["optimizer"];
+    assert_eq!(o["observations"][4]["fell_behind"], true, "{o:#}");
+    assert_eq!(o["observations"][4]["feasible"], false, "{o:#}");
+    assert_eq!(o["observations"][0].get("fell_behind"), None, "{o:#}");
+    assert_eq!(o["front"], json!([0, 1]), "{o:#}");
+}
+
+/// Profiling runs stay within `[tune] profile_budget` of the node's CPU:
+/// with a budget of 1 % and a pipeline that takes next to nothing, the
+/// first run is made and the next ones wait, saying why.
+#[test]
+fn profiling_runs_wait_while_they_would_pass_their_budget() {
+    let s = Scratch::new();
+    let port = free_port();
+    let pipeline = PIPELINE.replace(
+        "profile = false",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"\nprofile_budget = 0.01",
+    );
+    let _daemon = start_with(&s, port, &pipeline);
+    let v = wait_longer(port, "a run, then a held one", 120, |v| {
+        v["profiling"]["held"].is_string()
+    });
+    let p = &v["profiling"];
+    assert_eq!(p["runs"], 1, "{p:#}");
+    assert_eq!(p["budget"], 0.01, "{p:#}");
+    assert!(p["used"].as_f64().unwrap() > 0.01, "{p:#}");
+    let held = p["held"].as_str().unwrap();
+    assert!(
+        held.contains("[tune] profile_budget = 0.01 (1 %): the next run waits"),
+        "{held}"
+    );
+    // Runs are due every second; the budget holds them all back.
+    std::thread::sleep(Duration::from_secs(4));
+    let v = tune_state(port);
+    assert_eq!(v["profiling"]["runs"], 1, "{:#}", v["profiling"]);
+    let text = eddy_tune(port, &[]);
+    assert!(
+        text.contains("profiling budget: 1 % of this node's CPU over the season; the runs took")
+            && text.contains("held: profiling runs took"),
+        "{text}"
+    );
 }
 
 /// The node profiles by itself: real `eddy run` children on the derived
@@ -253,7 +305,7 @@ fn the_node_makes_profiling_runs_and_tells_the_optimiser() {
     let port = free_port();
     let pipeline = PIPELINE.replace(
         "profile = false",
-        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"1s\"\nprofile_budget = 1",
     );
     let _daemon = start_with(&s, port, &pipeline);
     let v = wait_longer(port, "two profiling runs", 180, |v| {
@@ -579,7 +631,7 @@ fn fed(input: &std::path::Path) -> String {
     // Runs as short as the 1 s windows allow (a window, and 1 s to start).
     let head = head.replace(
         "profile = false",
-        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"2s\"",
+        "profile = true\nprofile_interval = \"1s\"\nprofile_duration = \"2s\"\nprofile_budget = 1",
     );
     format!(
         "{head}{}",
@@ -740,7 +792,7 @@ fn profiling_members(s: &Scratch, profile_on: &str, rate: u64) -> Members {
         let profile = if i == 0 {
             format!(
                 "profile = true\nprofile_on = \"{profile_on}\"\nprofile_interval = \"1s\"\n\
-                 profile_duration = \"1s\""
+                 profile_duration = \"1s\"\nprofile_budget = 1"
             )
         } else {
             "profile = false".to_string()

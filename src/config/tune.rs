@@ -116,6 +116,10 @@ pub(crate) struct TuneConfig {
     pub(crate) profile_memory_bytes: u64,
     /// `profile_on`: where profiling runs are made. Default `auto`.
     pub(crate) profile_on: ProfileOn,
+    /// `profile_budget`: the share of this node's CPU (its pipeline's and
+    /// the runs') that profiling runs may take over the last `season`; a
+    /// run that would pass it waits. Default 0.1.
+    pub(crate) profile_budget: f64,
     /// `apply`: whether the choice is applied to the running pipeline.
     /// Default `true`.
     pub(crate) apply: bool,
@@ -150,6 +154,7 @@ impl Default for TuneConfig {
             profile_interval_ms: 300_000,
             profile_memory_bytes: 1 << 30,
             profile_on: ProfileOn::Auto,
+            profile_budget: 0.1,
             apply: true,
             apply_threshold: 0.2,
         }
@@ -264,6 +269,17 @@ pub(crate) fn read_tune(d: &mut Diagnostics, mut t: TableReader<'_, '_>) -> Tune
             "peers" => ProfileOn::Peers,
             _ => ProfileOn::Auto,
         };
+    }
+    if let Some(v) = read_goal(d, &mut t, "profile_budget") {
+        if v > 1.0 {
+            d.error(
+                t.raw("profile_budget").map_or(0..0, |v| v.span()),
+                &t.ctx("profile_budget"),
+                format!("is {v}, but it is a share of the node's CPU: at most 1 (0.1 is 10 %)"),
+            );
+        } else {
+            c.profile_budget = v;
+        }
     }
     if let Some(b) = t.boolean(d, "apply") {
         c.apply = b.value;
@@ -429,9 +445,10 @@ mod tests {
              flush_interval = [\"5ms\", \"5ms\"]\nlatency_p99_ms = 2.5\nmax_recovery_s = 4\n\
                           horizon = \"2s\"\nstep = \"200ms\"\nprofile = false\nprofile_duration = \"1s\"\n\
              profile_interval = \"3s\"\nprofile_memory = \"256MiB\"\napply = false\napply_threshold = 0.5\n\
-             profile_on = \"peers\"",
+             profile_on = \"peers\"\nprofile_budget = 0.05",
         );
         assert!(out.is_empty(), "{out}");
+        assert_eq!(c.profile_budget, 0.05);
         assert!(c.enabled);
         let ranges: Vec<[u64; 2]> = c.settings.iter().map(|s| [s.min, s.max]).collect();
         assert_eq!(
@@ -463,7 +480,7 @@ mod tests {
         let (_, out) = parse(
             "[tune]\nworkers = [4, 1]\ncache_bytes = \"16MiB\"\ncheckpoint_interval = [\"1s\", \"soon\"]\n\
              batch_size = [0, 10]\nlatency_p99_ms = -1\nstep = \"10ms\"\nhorizon = \"1000h\"\nwokers = 1\n\
-             profile_memory = \"64MiB\"\napply_threshold = 0\nprofile_on = \"idle\"",
+             profile_memory = \"64MiB\"\napply_threshold = 0\nprofile_on = \"idle\"\nprofile_budget = 10",
         );
         for want in [
             "p.toml:2:11: error: tune: field `workers`: the range is empty: its min 4 is above its max 1",
@@ -477,6 +494,8 @@ mod tests {
             "p.toml:10:18: error: tune: field `profile_memory`: must be at least 128MiB",
             "p.toml:11:19: error: tune: field `apply_threshold`: expected a number above 0",
             "p.toml:12:14: error: tune: field `profile_on`:",
+            "p.toml:13:18: error: tune: field `profile_budget`: is 10, but it is a share of the \
+             node's CPU: at most 1 (0.1 is 10 %)",
         ] {
             assert!(out.contains(want), "missing\n{want}\nin\n{out}");
         }

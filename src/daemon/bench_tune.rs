@@ -6,10 +6,11 @@
 //! worker threads with `POST /rebalance`); and Demeter (the daemon's own
 //! tuner: rate forecast with the day as its season, profiling runs, the
 //! choice applied live, run for two days to learn, measured on the third).
-//! Measured over one day each: the daemon's CPU seconds, its peak RSS
-//! (sampled every second), the share of 1 s windows whose p99 end-to-end
-//! latency is over the goal (from the sink's latency histogram), and the
-//! CPU seconds of the profiling runs.
+//! Measured over one day each: the daemon's CPU seconds with those of its
+//! profiling runs (children it reaped, whether they measured something or
+//! not), its peak RSS (sampled every second), the share of 1 s windows
+//! whose p99 end-to-end latency is over the goal (from the sink's latency
+//! histogram), and the CPU seconds of the profiling runs alone.
 
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -298,8 +299,8 @@ fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Resu
         let metrics = api.get("/metrics").unwrap_or_default();
         let measuring = t >= measure_from;
         if measuring && cpu0.is_none() {
-            cpu0 = Some(super::procfs::cpu_seconds(pid)?);
-            prof0 = Some(profiling_cpu(&api));
+            prof0 = Some(super::procfs::children_cpu_seconds(pid)?);
+            cpu0 = Some(super::procfs::cpu_seconds(pid)? + prof0.unwrap_or(0.0));
             window = Window::default();
         }
         if let Some(over_goal) = window.next(&metrics, goal_ms)
@@ -326,8 +327,9 @@ fn run_policy(policy: &'static str, dir: &std::path::Path, setup: Setup) -> Resu
             }
         }
     }
-    let cpu_s = super::procfs::cpu_seconds(pid)? - cpu0.unwrap_or(0.0);
-    let profiling_cpu_s = profiling_cpu(&api) - prof0.unwrap_or(0.0);
+    let children = super::procfs::children_cpu_seconds(pid)?;
+    let cpu_s = super::procfs::cpu_seconds(pid)? + children - cpu0.unwrap_or(0.0);
+    let profiling_cpu_s = children - prof0.unwrap_or(0.0);
     let detail = match policy {
         "static" => format!("{cores} workers, 256 MiB cache, 1 s checkpoints"),
         "ds2" => format!("{workers} of {cores} workers at the end"),
@@ -390,13 +392,6 @@ impl Api {
     fn post(&self, path: &str, body: &str) -> Option<(u16, String)> {
         self.call("POST", path, body)
     }
-}
-
-fn profiling_cpu(api: &Api) -> f64 {
-    api.get("/tune")
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|t| t["profiling"]["cpu_s"].as_f64())
-        .unwrap_or(0.0)
 }
 
 /// A `/metrics` sample: `name{labels}` of `component_id`'s line.

@@ -30,6 +30,7 @@ mod top;
 mod trace;
 mod tune;
 mod tune_apply;
+mod tune_budget;
 mod tune_cap;
 mod tune_cli;
 mod tune_profile;

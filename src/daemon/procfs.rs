@@ -8,6 +8,18 @@ const USER_HZ: f64 = 100.0;
 
 /// User and system CPU seconds of a process so far.
 pub(crate) fn cpu_seconds(pid: u32) -> Result<f64, String> {
+    cpu_ticks(pid, 11).map(|t| t / USER_HZ)
+}
+
+/// The CPU seconds of the children `pid` has waited for: utime and stime
+/// of processes it started and reaped (profiling runs, say).
+pub(crate) fn children_cpu_seconds(pid: u32) -> Result<f64, String> {
+    cpu_ticks(pid, 13).map(|t| t / USER_HZ)
+}
+
+/// The sum of `/proc/PID/stat`'s two tick fields from `first` (counted
+/// from 0 after the command name).
+fn cpu_ticks(pid: u32, first: usize) -> Result<f64, String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
     // The command name (field 2) may hold spaces: count after its `)`.
@@ -16,10 +28,11 @@ pub(crate) fn cpu_seconds(pid: u32) -> Result<f64, String> {
         .map(|(_, rest)| rest)
         .ok_or("no `)` in /proc/PID/stat")?;
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15, here 11 and 12 (from 0).
+    // utime and stime are fields 14 and 15, here 11 and 12 (from 0);
+    // cutime and cstime follow.
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(u), Some(s)) => Ok((u + s) / USER_HZ),
+    match (ticks(first), ticks(first + 1)) {
+        (Some(u), Some(s)) => Ok(u + s),
         _ => Err(format!("/proc/{pid}/stat has no CPU times")),
     }
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::gossip::ClusterSource;
 use super::http::{Response, Router};
 use super::tune_apply::{AppliedView, Retry};
+use super::tune_budget::Budget;
 use super::tune_profile::Recorded;
 use super::tune_remote::Place;
 use super::tune_store::{Measured, TuneStore};
@@ -30,6 +31,9 @@ use crate::tune::space;
 const INITIAL_DESIGN: usize = 8;
 /// Standard deviations of margin a choice must meet the goals by.
 const MARGIN: f64 = 1.0;
+/// The latency a run that fell behind is told to the models as, at least,
+/// relative to the goal: clearly over it, however short its backlog.
+const FELL_BEHIND: f64 = 2.0;
 /// Without two seasons of history, AutoETS is fitted to at most this many
 /// of the latest points.
 const ETS_WINDOW: usize = 2000;
@@ -97,6 +101,15 @@ pub(crate) struct ProfilingView {
     /// The runs this node made for peers.
     #[serde(default)]
     pub(crate) served: super::tune_remote::ServedView,
+    /// `[tune] profile_budget`, and the share of this node's CPU the runs
+    /// took over the last season (those served to peers included).
+    #[serde(default)]
+    pub(crate) budget: f64,
+    #[serde(default)]
+    pub(crate) used: f64,
+    /// Why no run starts now, while the budget holds them back.
+    #[serde(default)]
+    pub(crate) held: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -270,6 +283,7 @@ impl TuneService {
                     ProfileOn::Peers => "peers",
                 }
                 .into(),
+                budget: config.profile_budget,
                 ..ProfilingView::default()
             },
             applied: None,
@@ -518,12 +532,33 @@ fn profile_loop(
     let config = &shared.config;
     let interval = Duration::from_millis(config.profile_interval_ms);
     let mut next = Instant::now() + interval.min(Duration::from_secs(60));
+    // This process's CPU seconds and its reaped children's (the runs);
+    // without /proc the budget is not kept.
+    let me = std::process::id();
+    let cpu = || {
+        super::procfs::cpu_seconds(me)
+            .and_then(|own| Ok((own, super::procfs::children_cpu_seconds(me)?)))
+            .ok()
+    };
+    let mut budget = cpu().map(|(own, children)| {
+        let season = Duration::from_millis(config.season_ms);
+        Budget::new(config.profile_budget, season, Instant::now(), own, children)
+    });
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() < next {
             std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
             continue;
         }
         next = Instant::now() + interval;
+        if let (Some(b), Some((own, children))) = (budget.as_mut(), cpu()) {
+            let verdict = b.check(Instant::now(), own, children);
+            let mut inner = lock(&shared.inner);
+            inner.profiling.used = verdict.used;
+            inner.profiling.held = verdict.held;
+            if inner.profiling.held.is_some() {
+                continue;
+            }
+        }
         let job = {
             let inner = lock(&shared.inner);
             let rate = inner.forecast.as_ref().map(|(_, f)| f.peak());
@@ -872,13 +907,15 @@ fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String>
     }
     let mut x = space::normalise(&config.settings, &values)?;
     x.push(space::rate(m.rate));
+    let mut latency = m.latency_p99_ms / config.latency_p99_ms;
+    if m.fell_behind {
+        // Whatever the goal, a backlog that grows misses it in the end.
+        latency = latency.max(FELL_BEHIND);
+    }
     Ok(Observation {
         x,
         objectives: [m.cpu_s, m.peak_memory_bytes],
-        constraints: vec![
-            m.latency_p99_ms / config.latency_p99_ms,
-            m.recovery_s / config.max_recovery_s,
-        ],
+        constraints: vec![latency, m.recovery_s / config.max_recovery_s],
     })
 }
 

@@ -173,6 +173,18 @@ pub(crate) fn text(s: &TuneState) -> String {
                 .map(|e| format!("; the last attempt made none: {e}"))
                 .unwrap_or_default()
         );
+        if p.budget > 0.0 {
+            let _ = writeln!(
+                out,
+                "profiling budget: {:.0} % of this node's CPU over the season; the runs took {:.1} %{}",
+                100.0 * p.budget,
+                100.0 * p.used,
+                p.held
+                    .as_ref()
+                    .map(|h| format!("\n  held: {h}"))
+                    .unwrap_or_default()
+            );
+        }
     } else {
         out.push_str("profiling: off ([tune] profile = false)\n");
     }
@@ -244,12 +256,18 @@ fn row(names: &[&str], s: &TuneState, o: &ObservationView) -> String {
             shown(s, n, o.measured.settings.get(*n).copied())
         );
     }
+    // A run that fell behind measured its backlog, a lower bound.
+    let latency = if o.measured.fell_behind {
+        format!(">{:.0}", o.measured.latency_p99_ms)
+    } else {
+        format!("{:.1}", o.measured.latency_p99_ms)
+    };
     format!(
-        "{line} {:>10.0} {:>8.2} {:>12} {:>8.1} {:>10.1}",
+        "{line} {:>10.0} {:>8.2} {:>12} {:>8} {:>10.1}",
         o.measured.rate,
         o.measured.cpu_s,
         bytes(o.measured.peak_memory_bytes),
-        o.measured.latency_p99_ms,
+        latency,
         o.measured.recovery_s
     )
 }

@@ -133,8 +133,16 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
     if !status.is_some_and(|s| s.success()) {
         return Err(format!("the run failed ({status:?}): {stderr}"));
     }
-    let latency_p99_ms =
-        sink_p99_ms(&stderr).ok_or_else(|| no_latency(&stderr, p.rate, p.duration))?;
+    // A run that fell behind teaches the models as much as one that kept
+    // up: these settings fail at this rate. Without it they would be
+    // proposed again and again.
+    let (latency_p99_ms, fell_behind) = match sink_p99_ms(&stderr) {
+        Some(ms) => (ms, false),
+        None => match backlog_ms(&stderr, p.rate, p.duration) {
+            Some(ms) => (ms, true),
+            None => return Err(no_latency(&stderr, p.rate, p.duration)),
+        },
+    };
 
     // Recovery: start again on the checkpoint it just took.
     let started = Instant::now();
@@ -163,6 +171,7 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
         peak_memory_bytes,
         latency_p99_ms,
         recovery_s,
+        fell_behind,
     })
 }
 
@@ -495,16 +504,9 @@ pub(crate) fn terminate(pid: u32) {
 /// first warning the run logged, which names the cause when it knows it
 /// (a cache the state outgrew, say).
 fn no_latency(stats: &str, rate: f64, duration: Duration) -> String {
-    // Sources are the rows without records in.
-    let given: u64 = stats
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 4 && f[2] == "-").then(|| f[3].parse::<u64>().ok())?
-        })
-        .sum();
+    let given = given(stats);
     let due = rate * duration.as_secs_f64();
-    let why = if (given as f64) < 0.9 * due {
+    let why = if fell_behind(given, due) {
         format!(
             "its sources gave {given} of the {due:.0} records due at {rate:.0}/s: these settings \
              fell behind"
@@ -520,6 +522,31 @@ fn no_latency(stats: &str, rate: f64, duration: Duration) -> String {
         .find_map(|l| l.split_once(" WARN ").map(|(_, w)| w.trim()))
         .map_or(String::new(), |w| format!(" (it warned: {w})"));
     format!("no output reached the run's sinks, so it measured no latency: {why}{warning}")
+}
+
+/// The records a run's sources gave, from its `--stats`: the rows
+/// without records in.
+fn given(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && f[2] == "-").then(|| f[3].parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Whether sources that gave `given` of `due` records fell behind.
+fn fell_behind(given: u64, due: f64) -> bool {
+    (given as f64) < 0.9 * due
+}
+
+/// For a run that fell behind, the backlog at its end in milliseconds:
+/// the next record it would have read was due that long before, so no
+/// record after it can be less late.
+fn backlog_ms(stats: &str, rate: f64, duration: Duration) -> Option<f64> {
+    let (given, due) = (given(stats), rate * duration.as_secs_f64());
+    fell_behind(given, due).then(|| (due - given as f64) / rate.max(1.0) * 1e3)
 }
 
 /// The highest p99 of the blackhole sinks in a `--stats` table (its
@@ -649,6 +676,11 @@ mod tests {
             ),
             "{behind}"
         );
+        // The run is an observation all the same: at least the backlog
+        // late.
+        let backlog = backlog_ms(&stats(397_547), 100_000.0, secs).unwrap();
+        assert!((backlog - 8024.53).abs() < 1e-6, "{backlog}");
+        assert_eq!(backlog_ms(&stats(1_200_000), 100_000.0, secs), None);
         let kept_up = no_latency(&stats(1_200_000), 100_000.0, secs);
         assert!(
             kept_up.contains("gave the 1200000 records due, but no window closed in 12 s"),

@@ -167,6 +167,7 @@ pub(crate) fn ask(
             peak_memory_bytes: m.peak_memory_bytes,
             latency_p99_ms: m.latency_p99_ms,
             recovery_s: m.recovery_s,
+            fell_behind: m.fell_behind,
         },
         m.cap,
     ))
@@ -400,6 +401,7 @@ impl Served {
             peak_memory_bytes: m.peak_memory_bytes,
             latency_p99_ms: m.latency_p99_ms,
             recovery_s: m.recovery_s,
+            fell_behind: m.fell_behind,
             cap: format!("on {}: {}", self.mesh.identity().name, cap.describe()),
         })
     }

@@ -27,6 +27,11 @@ pub(crate) struct Measured {
     pub(crate) peak_memory_bytes: f64,
     pub(crate) latency_p99_ms: f64,
     pub(crate) recovery_s: f64,
+    /// The run fell behind its rate: no window closed, and
+    /// `latency_p99_ms` is the backlog at its end, a lower bound. These
+    /// settings cannot carry the rate there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) fell_behind: bool,
 }
 
 pub(crate) struct TuneStore {
@@ -168,6 +173,7 @@ mod tests {
             a.actual(2, 4.0);
             s.save_accuracy(&a).unwrap();
             s.push_observation(&Measured {
+                fell_behind: false,
                 settings: [("workers".to_string(), 2)].into(),
                 rate: 10.0,
                 cpu_s: 1.5,

@@ -292,6 +292,8 @@ pub struct ProfileMeasured {
     pub latency_p99_ms: f64,
     pub recovery_s: f64,
     pub cap: String,
+    /// See `Measured::fell_behind`.
+    pub fell_behind: bool,
 }
 
 /// What one member tells another about tracing, so that every member
@@ -713,6 +715,7 @@ mod tests {
                     latency_p99_ms: rng.random(),
                     recovery_s: rng.random(),
                     cap: "cores [1]".into(),
+                    fell_behind: rng.random(),
                 }),
             }),
             Frame::Profile(ProfileMsg::Answer {
