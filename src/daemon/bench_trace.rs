@@ -348,7 +348,7 @@ pub(crate) fn bench(seconds: u64, density: Option<u64>, json: bool) -> ExitCode 
         "one 1 s window of 2 nodes x 2 workers at {at} ({} events): {:.2} ms on {} (goal <= 50 ms); {:.2} ms on one core",
         f.window_events,
         f.window_analysis_ms,
-        if Cores::here().split(usize::MAX) {
+        if Cores::here().two() {
             "two cores"
         } else {
             "one core (this machine has no second)"

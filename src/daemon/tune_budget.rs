@@ -55,8 +55,12 @@ impl Budget {
     /// more of the last one's cost stay within the share of all the CPU
     /// the node spent over the window.
     pub(crate) fn check(&mut self, now: Instant, own: f64, children: f64) -> Verdict {
-        if let Some(at_start) = self.started.take() {
-            self.last_cost = (children - at_start).max(0.0);
+        // A due time the tuner let pass (no forecast yet, say) made no
+        // run: the last run's cost still stands.
+        if let Some(at_start) = self.started.take()
+            && children > at_start
+        {
+            self.last_cost = children - at_start;
         }
         self.samples.push_back((now, own, children));
         // The baseline is the last sample at or before the window's start.
@@ -121,6 +125,9 @@ mod tests {
         assert!(b.check(at(20), 30.0, 2.0).held.is_some());
         let v = b.check(at(30), 36.0, 2.0);
         assert_eq!(v.held, None, "{v:?}");
+        // That due time made no run: the next is still weighed at 2.
+        assert_eq!(b.check(at(31), 36.5, 2.0).held, None);
+        assert_eq!(b.last_cost, 2.0);
     }
 
     #[test]

@@ -35,6 +35,11 @@ impl Cores {
     #[cfg(test)]
     pub(crate) const TWO: Cores = Cores { two: true, from: 0 };
 
+    /// Whether this analysis uses a second core at all.
+    pub(crate) fn two(self) -> bool {
+        self.two
+    }
+
     /// Whether work of `size` is split.
     pub(crate) fn split(self, size: usize) -> bool {
         self.two && size >= self.from
