@@ -1,7 +1,8 @@
 //! Live bin migration between the workers of a running pipeline: a keyed
 //! window count over a fixed generated input, with migrations triggered
 //! while records flow, gives exactly the output of the run without them
-//! (nothing lost, nothing applied twice), for every strategy.
+//! (nothing lost, nothing applied twice), for every strategy, and when
+//! the records held for moving bins spill to disk.
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ fn spec() -> CountSpec {
         probe: false,
         keep_rows: true,
         stop_after_moves: false,
+        hold: None,
     }
 }
 
@@ -28,7 +30,16 @@ fn migrations_while_records_flow_change_nothing_in_the_output() {
     assert!(!reference.rows.is_empty());
     let total: i64 = reference.rows.iter().map(|r| r.2).sum();
     assert_eq!(total, 2_400_000, "the reference counts every event once");
-    for strategy in ["all_at_once", "fluid", "batched"] {
+    let data = tempfile::tempdir().expect("tempdir");
+    let spilling = Some((0, data.path().to_path_buf()));
+    for (strategy, hold) in [
+        ("all_at_once", None),
+        ("fluid", None),
+        ("batched", None),
+        // Every held batch goes to disk and comes back.
+        ("batched", spilling),
+    ] {
+        let spec = CountSpec { hold, ..spec() };
         // Everything onto worker 0, then spread over all three again.
         let moves = [
             Move {
@@ -42,7 +53,7 @@ fn migrations_while_records_flow_change_nothing_in_the_output() {
                 strategy: strategy.into(),
             },
         ];
-        let run = keyed_count(&spec(), &moves).unwrap_or_else(|e| panic!("{strategy}: {e}"));
+        let run = keyed_count(&spec, &moves).unwrap_or_else(|e| panic!("{strategy}: {e}"));
         assert_eq!(run.moves.len(), 2, "{strategy}: both migrations ran");
         for m in &run.moves {
             assert!(m.bins > 0, "{strategy}: bins moved: {m:?}");
@@ -72,5 +83,13 @@ fn migrations_while_records_flow_change_nothing_in_the_output() {
             );
         }
         assert!(run.rows == reference.rows, "{strategy}: the results differ");
+        match &spec.hold {
+            Some((_, dir)) => {
+                assert!(run.spilled_rows > 0, "{strategy}: nothing spilled");
+                let left = std::fs::read_dir(dir.join("held")).expect("the spill dir");
+                assert_eq!(left.count(), 0, "the spill stores went with the run");
+            }
+            None => assert_eq!(run.spilled_rows, 0, "{strategy}: spilled within 64 MiB"),
+        }
     }
 }

@@ -38,6 +38,9 @@ pub(crate) fn read_migration(d: &mut Diagnostics, mut t: TableReader<'_, '_>) ->
     if let Some(ms) = t.duration_ms(d, "drain_timeout", false) {
         m.drain_timeout = Duration::from_millis(ms.value as u64);
     }
+    if let Some(bytes) = t.size_bytes(d, "hold_memory") {
+        m.hold_memory = bytes;
+    }
     if let Some(s) = strategy {
         m.strategy = match s.value {
             "all_at_once" => Strategy::AllAtOnce,
@@ -84,6 +87,15 @@ mod tests {
             }
         );
         assert_eq!(m.drain_timeout, Duration::from_secs(60));
+        assert_eq!(m.hold_memory, 64 << 20);
+        let (m, out) = parse("[migration]\nhold_memory = \"4MiB\"");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(m.hold_memory, 4 << 20);
+        let (_, out) = parse("[migration]\nhold_memory = \"lots\"");
+        assert!(
+            out.contains("p.toml:2:15: error: migration: field `hold_memory`: expected a size"),
+            "{out}"
+        );
         let (m, _) = parse("[migration]\nmax_bins_per_step = 4");
         assert_eq!(
             m.strategy,

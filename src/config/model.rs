@@ -126,6 +126,10 @@ pub(crate) struct MigrationConfig {
     /// `drain_timeout`: how long SIGTERM on a mesh member waits for its
     /// bins to move away before it exits anyway. Default 30 s.
     pub(crate) drain_timeout: Duration,
+    /// `hold_memory`: bytes of records a worker holds in memory for bins
+    /// whose state is still on its way; beyond, they spill to disk.
+    /// Default 64 MiB.
+    pub(crate) hold_memory: u64,
 }
 
 impl Default for MigrationConfig {
@@ -137,6 +141,7 @@ impl Default for MigrationConfig {
             gap: Duration::ZERO,
             max_bins_per_step: None,
             drain_timeout: Duration::from_secs(30),
+            hold_memory: 64 << 20,
         }
     }
 }

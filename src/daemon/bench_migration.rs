@@ -121,6 +121,7 @@ fn spec(keys: u64, bins: u32, events: u64, rate: u64, probe: bool) -> CountSpec 
         probe,
         keep_rows: probe,
         stop_after_moves: probe,
+        hold: None,
     }
 }
 
@@ -327,6 +328,7 @@ pub(crate) fn bins(events: u64, json: bool) -> ExitCode {
                 probe: false,
                 keep_rows: false,
                 stop_after_moves: false,
+                hold: None,
             };
             match keyed_count(&spec, &[]) {
                 Ok(r) => best[i] = best[i].max(events as f64 / r.seconds),

@@ -57,6 +57,8 @@ pub struct CountRun {
     pub seconds: f64,
     /// Records the generator emitted.
     pub emitted: u64,
+    /// Rows held for a moving bin that spilled to disk.
+    pub spilled_rows: u64,
 }
 
 /// The workload.
@@ -74,6 +76,9 @@ pub struct CountSpec {
     pub keep_rows: bool,
     /// End the input once every migration is done (else at `events`).
     pub stop_after_moves: bool,
+    /// `[migration] hold_memory` and the data dir held records spill to
+    /// (`None`: the defaults).
+    pub hold: Option<(u64, std::path::PathBuf)>,
 }
 
 pub(crate) fn strategy(name: &str) -> Result<Strategy, String> {
@@ -98,11 +103,20 @@ pub fn keyed_count(spec: &CountSpec, moves: &[Move]) -> Result<CountRun, String>
     } else {
         String::new()
     };
+    let hold = match &spec.hold {
+        Some((bytes, dir)) => format!(
+            "data_dir = {}\n[migration]\nhold_memory = {bytes}",
+            // A TOML basic string for any path a test makes.
+            format!("{:?}", dir.display().to_string())
+        ),
+        None => String::new(),
+    };
     let toml = format!(
         r#"
 [node]
 workers = {workers}
 bins = {bins}
+{hold}
 [checkpoint]
 enabled = false
 [sources.events]
@@ -248,6 +262,7 @@ inputs = ["counts"]
             .iter()
             .find(|c| c.id == "events")
             .map_or(0, |c| c.counters.records_out),
+        spilled_rows: report.held_spilled_rows,
     })
 }
 

@@ -344,6 +344,13 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
     );
     node(
         &mut out,
+        "eddy_migration_spilled_records_total",
+        "counter",
+        "Records held for a bin still moving here that went to disk past `[migration] hold_memory`.",
+        report.held_spilled_rows as f64,
+    );
+    node(
+        &mut out,
         "eddy_uptime_seconds",
         "gauge",
         "Seconds since the pipeline started.",

@@ -57,6 +57,13 @@ impl Batch {
         self.len == 0
     }
 
+    /// Bytes its rows take on the heap, columns and row metadata (see
+    /// [`Column::heap_bytes`]).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let meta = (self.event_time.len() + self.ingest_ns.len() + self.key_hash.len()) * 8;
+        meta + self.columns.iter().map(|c| c.heap_bytes()).sum::<usize>()
+    }
+
     #[inline]
     pub(crate) fn schema(&self) -> &SchemaRef {
         &self.schema

@@ -71,6 +71,18 @@ impl Column {
         self.len
     }
 
+    /// Bytes its values and null bitmap take on the heap (by length, not
+    /// capacity: what a copy of it would take).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let values = match &self.values {
+            Values::Bool(v) => v.len(),
+            Values::Int(v) => v.len() * 8,
+            Values::Float(v) => v.len() * 8,
+            Values::Str { offsets, data } => offsets.len() * 4 + data.len(),
+        };
+        values + self.nulls.as_ref().map_or(0, |n| n.len() * 8)
+    }
+
     #[inline]
     pub(crate) fn is_null(&self, row: usize) -> bool {
         match &self.nulls {

@@ -16,11 +16,13 @@
 //! coordinator runs at a time cluster-wide).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::held::HeldRecords;
 use super::migration_mesh::Link;
 use super::worker::{Body, Route, Worker};
 use crate::data::Batch;
@@ -33,11 +35,6 @@ use crate::migrate::{
 
 /// Entries of one bin, as `Operator::export_bins` gives them.
 pub(crate) type BinState = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// Held records beyond which a warning is logged (they stay in memory:
-/// the bin's state is on its way on the same channels, so refusing them
-/// would stall it).
-const HELD_ROWS_WARN: usize = 1 << 20;
 
 /// How long a rebalance waits for the workers before giving up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -111,14 +108,21 @@ impl From<&str> for RebalanceError {
     }
 }
 
+/// How workers hold records of bins still moving in (`[migration]
+/// hold_memory`, see `held.rs`).
+pub(crate) struct Hold<'a> {
+    pub(crate) memory: u64,
+    pub(crate) data_dir: &'a Path,
+    /// Rows spilled to disk by this node's workers.
+    pub(crate) spilled: Arc<AtomicU64>,
+}
+
 /// One worker's side.
 pub(crate) struct WorkerMigration {
     pub(crate) machine: Migrator,
     control: Option<flume::Receiver<(Input, u64)>>,
-    /// Records held per (node, bin): (port, rows) in arrival order.
-    held: HashMap<(usize, u32), Vec<(usize, Batch)>>,
-    held_rows: usize,
-    warned: bool,
+    /// Records of bins whose state is still coming, per (node, bin).
+    held: HeldRecords,
     /// Bin state arrived and not installed yet.
     arrived: HashMap<(usize, u32), BinState>,
     /// Per node: the exchange edge bin state is sent on (its first).
@@ -144,7 +148,8 @@ pub(crate) struct WorkerMigration {
 /// Builds the control of this node's `workers` workers (global ids from
 /// `first`, of `global` in the run) and each worker's side, at assignment
 /// `epoch` (0 at the start of a run; a node that joins takes the run's),
-/// without the workers `gone[w]` of members that left the run.
+/// without the workers `gone[w]` of members that left the run. Each worker
+/// holds records as `hold` says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn setup(
     workers: usize,
@@ -155,6 +160,7 @@ pub(crate) fn setup(
     gone: &[bool],
     keyed: &[crate::migrate::KeyedNode],
     state_edge: Vec<Option<usize>>,
+    hold: &Hold<'_>,
 ) -> (Option<std::sync::Arc<Control>>, Vec<WorkerMigration>) {
     let current = Assignment::new(epoch, assignment.iter().map(|&w| w as u32).collect());
     let live: Vec<bool> = (0..global)
@@ -177,9 +183,7 @@ pub(crate) fn setup(
             machine,
             control: Some(rx),
             joins: Some(join_rx),
-            held: HashMap::new(),
-            held_rows: 0,
-            warned: false,
+            held: HeldRecords::new(first + w, hold.memory, hold.data_dir, hold.spilled.clone()),
             arrived: HashMap::new(),
             out_held: vec![false; state_edge.len()],
             state_edge: state_edge.clone(),
@@ -223,9 +227,7 @@ impl WorkerMigration {
             machine: Migrator::new(me as u32, workers as u32, &current, keyed),
             control: None,
             joins: None,
-            held: HashMap::new(),
-            held_rows: 0,
-            warned: false,
+            held: HeldRecords::new(me, u64::MAX, Path::new("."), Arc::default()),
             arrived: HashMap::new(),
             state_edge: Vec::new(),
             deferred_end: Vec::new(),
@@ -491,9 +493,10 @@ impl Worker {
         if !*said && since.elapsed() > SLOW_STEP {
             *said = true;
             tracing::warn!(
-                "worker {}: a migration step is still waiting after {SLOW_STEP:?} for {}",
+                "worker {}: a migration step is still waiting after {SLOW_STEP:?} for {} ({} records held)",
                 self.global,
-                self.mig.machine.waiting_for().unwrap_or_default()
+                self.mig.machine.waiting_for().unwrap_or_default(),
+                self.mig.held.rows()
             );
         }
     }
@@ -544,20 +547,8 @@ impl Worker {
             return;
         }
         for (bin, rows) in hold {
-            self.mig.held_rows += rows.len();
             let part = batch.take_rows(&rows);
-            self.mig
-                .held
-                .entry((node, bin))
-                .or_default()
-                .push((port, part));
-        }
-        if self.mig.held_rows > HELD_ROWS_WARN && !std::mem::replace(&mut self.mig.warned, true) {
-            tracing::warn!(
-                held = self.mig.held_rows,
-                "worker {} holds many records for bins still moving here",
-                self.global
-            );
+            self.mig.held.hold(node, bin, port, part);
         }
         if !keep.is_empty() {
             let part = batch.take_rows(&keep);
@@ -703,9 +694,17 @@ impl Worker {
                 }
                 Output::Release { node, bin } => {
                     let (node, bin) = (*node, *bin);
-                    for (port, batch) in self.mig.held.remove(&(node, bin)).unwrap_or_default() {
-                        self.mig.held_rows -= batch.len();
-                        self.deliver(node, port, batch);
+                    match self.mig.held.release(node, bin) {
+                        Ok(batches) => {
+                            for (port, batch) in batches {
+                                self.deliver(node, port, batch);
+                            }
+                        }
+                        Err(e) => {
+                            let component = &self.nodes[node].component;
+                            self.shared
+                                .fail(format!("{component}: cannot apply held records: {e}"));
+                        }
                     }
                 }
                 Output::ReleaseWatermark { node } => self.release_watermark(*node),

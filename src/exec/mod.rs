@@ -7,6 +7,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod clock;
 mod committer;
 pub(crate) mod heartbeat;
+mod held;
 pub(crate) mod join;
 pub(crate) mod live;
 pub(crate) mod recorder;
@@ -76,6 +77,9 @@ pub(crate) struct Shared {
     /// Live bin migration between the run's workers (this node's, and
     /// the other members' in a distributed run).
     pub(crate) migration: Option<Arc<migration::Control>>,
+    /// Rows the workers spilled to disk while holding them for a bin whose
+    /// state was on its way (`[migration] hold_memory`).
+    pub(crate) held_spilled: Arc<AtomicU64>,
     /// A latency probe on one node (`eddy bench migration`); unset, it
     /// costs one load per delivered batch.
     pub(crate) probe: OnceLock<Arc<Probe>>,
@@ -229,6 +233,8 @@ pub(crate) struct Report {
     pub(crate) bins: Vec<BinCounters>,
     /// Whether this node's workers own each bin.
     pub(crate) owned_bins: Vec<bool>,
+    /// See [`Shared::held_spilled`].
+    pub(crate) held_spilled_rows: u64,
     /// The live settings in force (see `live`).
     pub(crate) live: LiveView,
 }
@@ -375,6 +381,7 @@ impl Reporter {
             checkpoints: self.shared.checkpoints.as_ref().map(|c| c.stats()),
             bins: self.bins(),
             owned_bins: self.owned_bins(),
+            held_spilled_rows: self.shared.held_spilled.load(Relaxed),
             live: LiveView {
                 checkpoint_interval_ms: self.shared.live.checkpoint_interval_ms(),
                 cache_bytes: self.shared.live.cache_bytes(),

@@ -111,6 +111,7 @@ pub(crate) fn start_with(
         let w = &c.join.as_ref()?.welcome;
         Some((w.sponsor as usize, w.node, w.epoch))
     });
+    let held_spilled = Arc::new(AtomicU64::new(0));
     let (migration, mut migrations) = super::migration::setup(
         workers,
         first_worker,
@@ -120,6 +121,11 @@ pub(crate) fn start_with(
         &gone,
         &keyed,
         state_edge,
+        &super::migration::Hold {
+            memory: plan.node.migration.hold_memory,
+            data_dir: &plan.node.data_dir,
+            spilled: held_spilled.clone(),
+        },
     );
     let shared = Arc::new(Shared {
         workers,
@@ -140,6 +146,7 @@ pub(crate) fn start_with(
         restored,
         ingest,
         migration,
+        held_spilled,
         probe: OnceLock::new(),
         finishing: std::sync::atomic::AtomicUsize::new(0),
         left: AtomicBool::new(false),
