@@ -21,11 +21,17 @@ use super::migration_api::{CountRun, CountSpec, Move, Target, keyed_count};
 
 const STRATEGIES: [&str; 3] = ["all_at_once", "fluid", "batched"];
 
+/// The steady state a move is compared with: this long before it, with no
+/// move running. About as long as a fluid move at 256 to 4096 bins, so
+/// its max is over as many chances for a stall as the move's.
+const STEADY: Duration = Duration::from_millis(1500);
+
 struct Row {
     strategy: String,
     max_ms: f64,
     p99_ms: f64,
     steady_p99_ms: f64,
+    steady_max_ms: f64,
     duration_ms: f64,
     peak_extra_bytes: u64,
     lost: u64,
@@ -55,6 +61,7 @@ pub(crate) fn migration(json: bool, keys: u64, bins: u32, plot: &Path) -> ExitCo
                             "max_latency_ms": r.max_ms,
                             "p99_latency_ms": r.p99_ms,
                             "steady_p99_ms": r.steady_p99_ms,
+                            "steady_max_ms": r.steady_max_ms,
                             "duration_ms": r.duration_ms,
                             "peak_extra_bytes": r.peak_extra_bytes,
                             "lost": r.lost,
@@ -70,11 +77,12 @@ pub(crate) fn migration(json: bool, keys: u64, bins: u32, plot: &Path) -> ExitCo
                     capacity / 1e6
                 );
                 println!(
-                    "{:<12} {:>9} {:>9} {:>10} {:>11} {:>6} {:>10} {:>12} {:>5} {:>5}",
+                    "{:<12} {:>9} {:>9} {:>10} {:>10} {:>11} {:>6} {:>10} {:>12} {:>5} {:>5}",
                     "strategy",
                     "max ms",
                     "p99 ms",
                     "steady p99",
+                    "steady max",
                     "duration ms",
                     "steps",
                     "bins",
@@ -84,11 +92,12 @@ pub(crate) fn migration(json: bool, keys: u64, bins: u32, plot: &Path) -> ExitCo
                 );
                 for r in &rows {
                     println!(
-                        "{:<12} {:>9.2} {:>9.2} {:>10.2} {:>11.1} {:>6} {:>10} {:>11.1}M {:>5} {:>5}",
+                        "{:<12} {:>9.2} {:>9.2} {:>10.2} {:>10.2} {:>11.1} {:>6} {:>10} {:>11.1}M {:>5} {:>5}",
                         r.strategy,
                         r.max_ms,
                         r.p99_ms,
                         r.steady_p99_ms,
+                        r.steady_max_ms,
                         r.duration_ms,
                         r.steps,
                         format!("{} ({:.0}M)", r.bins, r.bytes as f64 / 1e6),
@@ -139,7 +148,11 @@ fn run_migration(keys: u64, bins: u32, plot: &Path) -> Result<(Vec<Row>, u64, f6
     let free = keyed_count(&spec(keys, bins, events, 0, false), &on_worker_0)?;
     let capacity = events as f64 / free.seconds;
     let rate = (capacity / 2.0) as u64;
-    let settle = Duration::from_millis(1500);
+    // After each all-at-once move back the worker catches up on the
+    // records it held (as long again as the move at this load); the
+    // steady window, the last `STEADY` before the next move, starts
+    // after that.
+    let settle = Duration::from_millis(3000);
     let mut moves = vec![Move {
         pause: Duration::from_millis(1000),
         target: Target::Over(vec![0]),
@@ -180,7 +193,7 @@ fn run_migration(keys: u64, bins: u32, plot: &Path) -> Result<(Vec<Row>, u64, f6
         let before: Vec<u64> = run
             .latency
             .iter()
-            .filter(|(t, _)| *t + 1_000_000_000 >= from && *t < from)
+            .filter(|(t, _)| *t + STEADY.as_nanos() as u64 >= from && *t < from)
             .map(|&(_, l)| l)
             .collect();
         let base = run.rss.iter().rfind(|(t, _)| *t <= from).map_or(0, |r| r.1);
@@ -195,6 +208,7 @@ fn run_migration(keys: u64, bins: u32, plot: &Path) -> Result<(Vec<Row>, u64, f6
             strategy: s.to_string(),
             max_ms: during.iter().copied().max().unwrap_or(0) as f64 / 1e6,
             p99_ms: percentile(during, 0.99) as f64 / 1e6,
+            steady_max_ms: before.iter().copied().max().unwrap_or(0) as f64 / 1e6,
             steady_p99_ms: percentile(before, 0.99) as f64 / 1e6,
             duration_ms: m.duration.as_secs_f64() * 1e3,
             peak_extra_bytes: peak.saturating_sub(base),

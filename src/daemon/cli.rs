@@ -266,7 +266,7 @@ pub(crate) enum Workload {
         #[arg(long, default_value = "migration-latency.svg")]
         plot: std::path::PathBuf,
         /// Print `{"strategies": [{"strategy", "max_latency_ms",
-        /// "p99_latency_ms", "steady_p99_ms", "duration_ms",
+        /// "p99_latency_ms", "steady_p99_ms", "steady_max_ms", "duration_ms",
         /// "peak_extra_bytes", "lost", "duplicated"}]}`.
         #[arg(long)]
         json: bool,
