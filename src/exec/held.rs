@@ -19,7 +19,9 @@ use crate::data::{Batch, SchemaRef, wire};
 /// held records still show their whole wait as latency.
 const AGE_ORIGIN: u64 = u64::MAX;
 
-enum Held {
+/// One held batch, in memory or on disk ([`HeldRecords::load`] gives it
+/// back).
+pub(crate) enum Held {
     Memory {
         port: usize,
         batch: Batch,
@@ -98,30 +100,32 @@ impl HeldRecords {
         self.bins.entry((node, bin)).or_default().push(held);
     }
 
-    /// The batches held for `(node, bin)`, in arrival order, as `(port,
-    /// batch)`; an error if one on disk cannot be read back (the run must
-    /// fail: those records cannot be applied).
-    pub(crate) fn release(&mut self, node: usize, bin: u32) -> Result<Vec<(usize, Batch)>, String> {
-        let mut out = Vec::new();
-        for held in self.bins.remove(&(node, bin)).unwrap_or_default() {
-            match held {
-                Held::Memory { port, batch } => {
-                    self.rows -= batch.len();
-                    self.memory -= batch.heap_bytes();
-                    out.push((port, batch));
-                }
-                Held::Disk {
-                    port,
-                    seq,
-                    rows,
-                    schema,
-                } => {
-                    self.rows -= rows;
-                    out.push((port, self.from_disk(seq, &schema)?));
-                }
+    /// What is held for `(node, bin)`, in arrival order; each is loaded
+    /// back with [`HeldRecords::load`] when it is applied, so a bin's
+    /// spilled records never come back into memory all at once.
+    pub(crate) fn take(&mut self, node: usize, bin: u32) -> Vec<Held> {
+        self.bins.remove(&(node, bin)).unwrap_or_default()
+    }
+
+    /// A taken batch as `(port, batch)`; an error if one on disk cannot be
+    /// read back (the run must fail: those records cannot be applied).
+    pub(crate) fn load(&mut self, held: Held) -> Result<(usize, Batch), String> {
+        match held {
+            Held::Memory { port, batch } => {
+                self.rows -= batch.len();
+                self.memory -= batch.heap_bytes();
+                Ok((port, batch))
+            }
+            Held::Disk {
+                port,
+                seq,
+                rows,
+                schema,
+            } => {
+                self.rows -= rows;
+                Ok((port, self.from_disk(seq, &schema)?))
             }
         }
-        Ok(out)
     }
 
     /// Writes `batch` to the spill store; `None` (keep it in memory) if
@@ -211,6 +215,11 @@ mod tests {
         batch
     }
 
+    fn release(held: &mut HeldRecords, node: usize, bin: u32) -> Vec<(usize, Batch)> {
+        let taken = held.take(node, bin);
+        taken.into_iter().map(|h| held.load(h).unwrap()).collect()
+    }
+
     fn same(a: &Batch, b: &Batch) {
         assert_eq!(a.len(), b.len());
         assert_eq!(a.event_time(), b.event_time());
@@ -247,7 +256,7 @@ mod tests {
         let store = dir.path().join("held");
         assert!(store.exists(), "the spill is under the data dir");
         for bin in [1, 0] {
-            let back = held.release(0, bin).unwrap();
+            let back = release(&mut held, 0, bin);
             let want = &sent[&bin];
             assert_eq!(back.len(), want.len());
             for ((p, b), (wp, wb)) in back.iter().zip(want) {
@@ -256,7 +265,7 @@ mod tests {
             }
         }
         assert_eq!((held.rows(), held.memory), (0, 0));
-        assert!(held.release(0, 0).unwrap().is_empty());
+        assert!(release(&mut held, 0, 0).is_empty());
         drop(held);
         assert_eq!(
             std::fs::read_dir(&store).unwrap().count(),
@@ -279,7 +288,7 @@ mod tests {
         let b = batch(&schema, 0, 10);
         held.hold(1, 5, 0, b.clone());
         held.hold(1, 5, 0, b.clone());
-        let back = held.release(1, 5).unwrap();
+        let back = release(&mut held, 1, 5);
         assert_eq!(back.len(), 2);
         same(&back[1].1, &b);
     }

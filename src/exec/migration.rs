@@ -694,16 +694,15 @@ impl Worker {
                 }
                 Output::Release { node, bin } => {
                     let (node, bin) = (*node, *bin);
-                    match self.mig.held.release(node, bin) {
-                        Ok(batches) => {
-                            for (port, batch) in batches {
-                                self.deliver(node, port, batch);
+                    for held in self.mig.held.take(node, bin) {
+                        match self.mig.held.load(held) {
+                            Ok((port, batch)) => self.deliver(node, port, batch),
+                            Err(e) => {
+                                let component = &self.nodes[node].component;
+                                self.shared
+                                    .fail(format!("{component}: cannot apply held records: {e}"));
+                                break;
                             }
-                        }
-                        Err(e) => {
-                            let component = &self.nodes[node].component;
-                            self.shared
-                                .fail(format!("{component}: cannot apply held records: {e}"));
                         }
                     }
                 }
