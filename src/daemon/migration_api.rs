@@ -104,10 +104,10 @@ pub fn keyed_count(spec: &CountSpec, moves: &[Move]) -> Result<CountRun, String>
         String::new()
     };
     let hold = match &spec.hold {
+        // The path as a TOML basic string (Debug quotes and escapes it).
         Some((bytes, dir)) => format!(
-            "data_dir = {}\n[migration]\nhold_memory = {bytes}",
-            // A TOML basic string for any path a test makes.
-            format!("{:?}", dir.display().to_string())
+            "data_dir = {:?}\n[migration]\nhold_memory = {bytes}",
+            dir.display().to_string()
         ),
         None => String::new(),
     };

@@ -89,7 +89,7 @@ impl HeldRecords {
         self.rows += batch.len();
         let bytes = batch.heap_bytes();
         let held = if self.memory + bytes > self.limit {
-            self.to_disk(port, &batch)
+            self.spill_batch(port, &batch)
         } else {
             None
         };
@@ -123,14 +123,14 @@ impl HeldRecords {
                 schema,
             } => {
                 self.rows -= rows;
-                Ok((port, self.from_disk(seq, &schema)?))
+                Ok((port, self.read_spilled(seq, &schema)?))
             }
         }
     }
 
     /// Writes `batch` to the spill store; `None` (keep it in memory) if
     /// the store cannot be opened or written.
-    fn to_disk(&mut self, port: usize, batch: &Batch) -> Option<Held> {
+    fn spill_batch(&mut self, port: usize, batch: &Batch) -> Option<Held> {
         if self.spill_failed {
             return None;
         }
@@ -184,7 +184,7 @@ impl HeldRecords {
         Ok(self.spill.as_ref().expect("opened above"))
     }
 
-    fn from_disk(&mut self, seq: u64, schema: &SchemaRef) -> Result<Batch, String> {
+    fn read_spilled(&mut self, seq: u64, schema: &SchemaRef) -> Result<Batch, String> {
         let place = || format!("held record batch {seq} in {}", self.dir.display());
         let db = self
             .spill
