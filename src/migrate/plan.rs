@@ -152,29 +152,9 @@ fn batches(left: Vec<Move>, cap: usize) -> Vec<Vec<Move>> {
             in_deg[to as usize] += queue.len();
             adj[from as usize].push(to);
         }
-        for a in &mut adj {
-            crate::cold_sort::sort_by_key(a, |&d| (std::cmp::Reverse(in_deg[d as usize]), d));
-        }
-        let mut sources: Vec<u32> = (0..workers as u32)
-            .filter(|&s| out_deg[s as usize] > 0)
-            .collect();
-        crate::cold_sort::sort_by_key(&mut sources, |&s| {
-            (std::cmp::Reverse(out_deg[s as usize]), s)
-        });
-        // matched_to[d] = the source matched to destination d.
-        let mut matched_to: Vec<Option<u32>> = vec![None; workers];
-        let mut size = 0;
-        for &s in &sources {
-            if size == cap {
-                break;
-            }
-            let mut seen = vec![false; workers];
-            if augment(s, &adj, &mut matched_to, &mut seen) {
-                size += 1;
-            }
-        }
+        let matched_to = matching(&out_deg, &in_deg, &mut adj, cap);
         // One move per matched pair: the lowest bin of that pair.
-        let mut step = Vec::with_capacity(size);
+        let mut step = Vec::new();
         for (d, s) in matched_to.iter().enumerate() {
             let Some(s) = *s else { continue };
             let pair = (s, d as u32);
@@ -189,6 +169,40 @@ fn batches(left: Vec<Move>, cap: usize) -> Vec<Vec<Move>> {
         out.push(step);
     }
     out
+}
+
+/// A maximum matching of at most `cap` pairs of the bipartite graph
+/// `adj[source] = destinations`, busier workers (by remaining `out_deg`
+/// and `in_deg`) tried first: `matched[d]` is the source matched to
+/// destination `d`.
+fn matching(
+    out_deg: &[usize],
+    in_deg: &[usize],
+    adj: &mut [Vec<u32>],
+    cap: usize,
+) -> Vec<Option<u32>> {
+    let workers = out_deg.len();
+    for a in adj.iter_mut() {
+        crate::cold_sort::sort_by_key(a, |&d| (std::cmp::Reverse(in_deg[d as usize]), d));
+    }
+    let mut sources: Vec<u32> = (0..workers as u32)
+        .filter(|&s| out_deg[s as usize] > 0)
+        .collect();
+    crate::cold_sort::sort_by_key(&mut sources, |&s| {
+        (std::cmp::Reverse(out_deg[s as usize]), s)
+    });
+    let mut matched_to: Vec<Option<u32>> = vec![None; workers];
+    let mut size = 0;
+    for &s in &sources {
+        if size == cap {
+            break;
+        }
+        let mut seen = vec![false; workers];
+        if augment(s, adj, &mut matched_to, &mut seen) {
+            size += 1;
+        }
+    }
+    matched_to
 }
 
 /// Kuhn's augmenting path from source `s`.
@@ -371,8 +385,9 @@ mod tests {
         assert_eq!(plan(&current, &[1, 1, 3, 3], capped).len(), 4);
     }
 
-    /// `batches` as it was, one pass over every move per round: the
-    /// per-pair version must cut the same steps.
+    /// `batches` as it was, one pass over every move per round (the
+    /// matching itself is shared): the per-pair version must cut the same
+    /// steps.
     fn batches_by_moves(mut left: Vec<Move>, cap: usize) -> Vec<Vec<Move>> {
         let workers = left.iter().map(|m| m.from.max(m.to)).max().unwrap_or(0) as usize + 1;
         let mut out = Vec::new();
@@ -387,24 +402,7 @@ mod tests {
                     adj[m.from as usize].push(m.to);
                 }
             }
-            for a in &mut adj {
-                a.sort_by_key(|&d| (std::cmp::Reverse(in_deg[d as usize]), d));
-            }
-            let mut sources: Vec<u32> = (0..workers as u32)
-                .filter(|&s| out_deg[s as usize] > 0)
-                .collect();
-            sources.sort_by_key(|&s| (std::cmp::Reverse(out_deg[s as usize]), s));
-            let mut matched_to: Vec<Option<u32>> = vec![None; workers];
-            let mut size = 0;
-            for &s in &sources {
-                if size == cap {
-                    break;
-                }
-                let mut seen = vec![false; workers];
-                if augment(s, &adj, &mut matched_to, &mut seen) {
-                    size += 1;
-                }
-            }
+            let matched_to = matching(&out_deg, &in_deg, &mut adj, cap);
             let mut step = Vec::new();
             for (d, s) in matched_to.iter().enumerate() {
                 let Some(s) = *s else { continue };
@@ -420,40 +418,9 @@ mod tests {
         out
     }
 
-    #[test]
-    fn batches_by_pair_cut_the_steps_a_pass_over_every_move_cut() {
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        for round in 0..500 {
-            let workers = 2 + (next() % 9) as u32;
-            let bins = 1 << (1 + next() % 9);
-            let mut pick = || -> Vec<u32> {
-                (0..bins)
-                    .map(|_| (next() % workers as u64) as u32)
-                    .collect()
-            };
-            let (current, target) = (pick(), pick());
-            let cap = if round % 3 == 0 {
-                1 + (next() % 4) as usize
-            } else {
-                usize::MAX
-            };
-            let all = moves(&current, &target);
-            assert_eq!(
-                batches(all.clone(), cap),
-                batches_by_moves(all, cap),
-                "{current:?} -> {target:?}, cap {cap}"
-            );
-        }
-    }
-
     /// On random plans too, batched takes exactly as many steps as the
-    /// busiest worker has moves (the lower bound for matchings).
+    /// busiest worker has moves (the lower bound for matchings), and cuts
+    /// the steps the pass over every move cut, capped or not.
     #[test]
     fn batched_reaches_the_lower_bound_on_random_plans() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -484,6 +451,14 @@ mod tests {
             };
             let steps = plan(&current, &target, batched);
             assert_eq!(steps.len(), bound, "{current:?} -> {target:?}");
+            let all = moves(&current.owners, &target);
+            for cap in [usize::MAX, 1 + (next() % 4) as usize] {
+                assert_eq!(
+                    batches(all.clone(), cap),
+                    batches_by_moves(all.clone(), cap),
+                    "{current:?} -> {target:?}, cap {cap}"
+                );
+            }
         }
     }
 
