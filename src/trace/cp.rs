@@ -99,19 +99,63 @@ pub(crate) enum Paths {
     None,
 }
 
+/// What sums the edges' CPs as they are weighed, so that whoever wants
+/// them summed (per activity, operator, lane) needs no pass of its own over
+/// the edges. On two cores each half of the edges has its own.
+pub(crate) trait Tally: Send {
+    /// Called with every edge, in order, and its CP times
+    /// [`Participation::scale`] (0 for an edge on no path).
+    fn add(&mut self, e: &PagEdge, cp: f64);
+    /// Adds what `later` summed of the edges after this one's.
+    fn merge(&mut self, later: Self);
+}
+
+/// A window's critical participation: each edge's went into `tally`.
+pub(crate) struct Participation<T> {
+    pub(crate) tally: T,
+    /// What the tally's sums are multiplied by to be CPs.
+    pub(crate) scale: f64,
+    /// `ln` of the number of paths CP is over.
+    pub(crate) ln_paths: f64,
+    pub(crate) paths: Paths,
+}
+
+/// Every edge's CP, in the edges' order.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct PerEdge(pub(crate) Vec<f64>);
+
+#[cfg(test)]
+impl Tally for PerEdge {
+    fn add(&mut self, _: &PagEdge, cp: f64) {
+        self.0.push(cp);
+    }
+
+    fn merge(&mut self, later: Self) {
+        self.0.extend(later.0);
+    }
+}
+
+#[cfg(test)]
+impl Participation<PerEdge> {
+    /// Each edge's CP.
+    pub(crate) fn per_edge(&self) -> Vec<f64> {
+        self.tally.0.iter().map(|c| c * self.scale).collect()
+    }
+}
+
 /// [`critical_participation_in`] in fresh memory, returning the CPs.
 #[cfg(test)]
 pub(crate) fn critical_participation(pag: &Pag) -> (Vec<f64>, f64, Paths) {
     let mut scratch = CpScratch::default();
-    let (ln_paths, paths) = critical_participation_in(pag, &mut scratch, Cores::ONE);
-    (scratch.cp, ln_paths, paths)
+    let p = critical_participation_in(pag, &mut scratch, Cores::ONE, PerEdge::default);
+    (p.per_edge(), p.ln_paths, p.paths)
 }
 
 /// The buffers of the passes below, kept from one window to the next (see
-/// `graph::GraphScratch`); `cp` holds the result.
+/// `graph::GraphScratch`).
 #[derive(Default)]
 pub(crate) struct CpScratch {
-    pub(crate) cp: Vec<f64>,
     first: Vec<u32>,
     indeg: Vec<u32>,
     succ: Vec<u32>,
@@ -131,18 +175,18 @@ fn refill<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
     v.resize(n, x);
 }
 
-/// The CP of every edge of `pag` (0 for waiting edges; left in
-/// `scratch.cp`), `ln` of the number of paths it is over, and which paths
-/// those are. On two `cores` the forward and backward counts run side by
-/// side.
-pub(crate) fn critical_participation_in(
+/// The CP of every edge of `pag` (0 for waiting edges), summed by tallies
+/// that `new` makes; `ln` of the number of paths it is over, and which
+/// paths those are. On two `cores` the forward and backward counts run
+/// side by side, and each half of the edges is weighed on its own.
+pub(crate) fn critical_participation_in<T: Tally>(
     pag: &Pag,
     scratch: &mut CpScratch,
     cores: Cores,
-) -> (f64, Paths) {
+    new: impl Fn() -> T + Sync,
+) -> Participation<T> {
     let n = pag.nodes;
     let CpScratch {
-        cp,
         first,
         indeg,
         succ,
@@ -166,9 +210,6 @@ pub(crate) fn critical_participation_in(
         first[e.from as usize + 1] += 1;
         indeg[e.to as usize] += 1;
     }
-    for (d, &local) in indeg.iter_mut().skip(1).zip(&pag.carries_next) {
-        *d += u32::from(local);
-    }
     for i in 0..n {
         first[i + 1] += first[i];
     }
@@ -188,12 +229,6 @@ pub(crate) fn critical_participation_in(
         first,
         messages: succ,
     };
-    // A point between two waits starts and ends no path of any length:
-    // not counting it keeps the count the same however waits are cut.
-    busy_starts.clear();
-    busy_starts.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0 && g.has_out(v)));
-    busy_ends.clear();
-    busy_ends.extend((0..n as u32).filter(|&v| !g.has_out(v) && indeg[v as usize] > 0));
     // A topological order as runs of consecutive points of one lane: a
     // lane goes as far as its next receive whose sends are not all
     // ordered yet, then waits for them. The lanes' own order (time) is a
@@ -208,10 +243,6 @@ pub(crate) fn critical_participation_in(
     refill(reached, n, false);
     for &s in &pag.starts {
         reached[s as usize] = true;
-    }
-    // From here `indeg` counts messages only.
-    for (d, &local) in indeg.iter_mut().skip(1).zip(&pag.carries_next) {
-        *d -= u32::from(local);
     }
     lane_at.clear();
     lane_at.extend(pag.starts.iter().copied());
@@ -248,28 +279,66 @@ pub(crate) fn critical_participation_in(
     let mut counts = Counts {
         f,
         b,
-        cp,
         split: cores.split(n),
     };
     if pag.ends.iter().any(|&e| reached[e as usize]) {
-        let (_, ln_paths) = count(pag, g, runs, &pag.starts, &pag.ends, &mut counts);
-        return (ln_paths, Paths::Spanning);
+        let w = count(pag, g, runs, &pag.starts, &pag.ends, &mut counts, &new);
+        return w.participation(Paths::Spanning);
     }
-    let (length, ln_paths) = count(pag, g, runs, busy_starts, busy_ends, &mut counts);
-    if ln_paths == f64::NEG_INFINITY || length == f64::NEG_INFINITY {
-        refill(counts.cp, pag.edges.len(), 0.0);
-        return (f64::NEG_INFINITY, Paths::None);
+    // No path spans the window: the busy periods' paths. A point between
+    // two waits starts and ends no path of any length: not counting it
+    // keeps the count the same however waits are cut. The order above
+    // used the in-degrees up, and most windows never get here.
+    refill(indeg, n, 0);
+    for e in messages {
+        indeg[e.to as usize] += 1;
     }
-    (ln_paths, Paths::Busy)
+    let entered = |v: u32| {
+        let i = v as usize;
+        indeg[i] > 0 || (i > 0 && pag.carries_next[i - 1])
+    };
+    busy_starts.clear();
+    busy_starts.extend((0..n as u32).filter(|&v| !entered(v) && g.has_out(v)));
+    busy_ends.clear();
+    busy_ends.extend((0..n as u32).filter(|&v| !g.has_out(v) && entered(v)));
+    let w = count(pag, g, runs, busy_starts, busy_ends, &mut counts, &new);
+    if w.ln_paths == f64::NEG_INFINITY || w.ln_length == f64::NEG_INFINITY {
+        // Every edge was weighed 0.
+        return Participation {
+            ln_paths: f64::NEG_INFINITY,
+            ..w.participation(Paths::None)
+        };
+    }
+    w.participation(Paths::Busy)
 }
 
-/// Where [`count`] counts: paths to and from each point, and the result;
-/// whether on two cores.
+/// Where [`count`] counts: paths to and from each point; whether on two
+/// cores.
 struct Counts<'a> {
     f: &'a mut Vec<Count>,
     b: &'a mut Vec<Count>,
-    cp: &'a mut Vec<f64>,
     split: bool,
+}
+
+/// What [`count`] found.
+struct Weighed<T> {
+    tally: T,
+    scale: f64,
+    /// `ln` of the total path length (`Σ w · N(e)`), and of the number of
+    /// paths (`-∞` when none).
+    ln_length: f64,
+    ln_paths: f64,
+}
+
+impl<T> Weighed<T> {
+    fn participation(self, paths: Paths) -> Participation<T> {
+        Participation {
+            tally: self.tally,
+            scale: self.scale,
+            ln_paths: self.ln_paths,
+            paths,
+        }
+    }
 }
 
 fn carries(e: &PagEdge) -> bool {
@@ -296,25 +365,26 @@ impl Succ<'_> {
         }
     }
 
+    #[inline]
     fn has_out(&self, v: u32) -> bool {
         let i = v as usize;
         self.local[i] || self.first[i + 1] > self.first[i]
     }
 }
 
-/// Path counting between `starts` and `ends`: the CP of every edge (into
-/// `out.cp`), `ln` of the total path length (`Σ w · N(e)`), and `ln` of
-/// the number of paths (`-∞` when none).
-fn count(
+/// Path counting between `starts` and `ends`: the CP of every edge, into
+/// tallies `new` makes.
+fn count<T: Tally>(
     pag: &Pag,
     g: Succ<'_>,
     runs: &[(u32, u32)],
     starts: &[u32],
     ends: &[u32],
     out: &mut Counts<'_>,
-) -> (f64, f64) {
+    new: &(impl Fn() -> T + Sync),
+) -> Weighed<T> {
     let n = pag.nodes;
-    let Counts { f, b, cp, split } = out;
+    let Counts { f, b, split } = out;
     // The paths from the starts to each point, and from each point to the
     // ends: neither needs the other.
     both(
@@ -351,45 +421,43 @@ fn count(
     let paths = ends
         .iter()
         .fold(Count::ZERO, |acc, &e| acc.add(f[e as usize]));
-    cp.clear();
-    cp.resize(pag.edges.len(), 0.0);
-    if paths.m == 0.0 {
-        return (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    }
     // w · N(e) per edge, N(e) = f(from) · b(to): `m` below 2^(2·SHIFT),
     // exponents summed. No edge is on more paths than there are, so scaled
     // by the count of all paths each fits an `f64`; their sum is the
-    // length of all paths (so scaled).
+    // length of all paths (so scaled). With no path, no edge has both
+    // counts, and every one weighs 0.
     let top = paths.e;
     let (f, b) = (&**f, &**b);
-    let weigh = |edges: &[PagEdge], cp: &mut [f64]| {
+    let weigh = |edges: &[PagEdge]| {
+        let mut tally = new();
         let mut length = 0.0;
-        for (e, c) in edges.iter().zip(cp) {
+        for e in edges {
             let (f, b) = (f[e.from as usize], b[e.to as usize]);
-            if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
-                continue;
-            }
-            let down = DOWN[(top - f.e - b.e).clamp(0, 3) as usize];
-            *c = e.w as f64 * f.m * b.m * down;
-            length += *c;
+            let c = if !carries(e) || e.w == 0 || f.m == 0.0 || b.m == 0.0 {
+                0.0
+            } else {
+                e.w as f64 * f.m * b.m * DOWN[(top - f.e - b.e).clamp(0, 3) as usize]
+            };
+            length += c;
+            tally.add(e, c);
         }
-        length
+        (tally, length)
     };
-    let mid = pag.edges.len() / 2;
-    let (first, second) = pag.edges.split_at(mid);
-    let (cp_first, cp_second) = cp.split_at_mut(mid);
-    let (l1, l2) = both(
-        *split,
-        || weigh(first, cp_first),
-        || weigh(second, cp_second),
-    );
+    let (first, second) = pag.edges.split_at(pag.edges.len() / 2);
+    let ((mut tally, l1), (later, l2)) = both(*split, || weigh(first), || weigh(second));
+    tally.merge(later);
     let length = l1 + l2;
-    if length == 0.0 {
-        return (f64::NEG_INFINITY, paths.ln());
+    let ln_length = if paths.m == 0.0 || length == 0.0 {
+        f64::NEG_INFINITY
+    } else {
+        Count { m: length, e: top }.ln()
+    };
+    Weighed {
+        tally,
+        scale: if length > 0.0 { 1.0 / length } else { 0.0 },
+        ln_length,
+        ln_paths: paths.ln(),
     }
-    cp.iter_mut().for_each(|c| *c /= length);
-    let length = Count { m: length, e: top };
-    (length.ln(), paths.ln())
 }
 
 #[cfg(test)]
@@ -576,8 +644,8 @@ mod tests {
             };
             build_into(&mut pag, &mut graph, &inputs, 0, 1000, true, cores);
             let pag = &pag;
-            let (ln_paths, paths) = critical_participation_in(pag, &mut scratch, cores);
-            let fast = &scratch.cp;
+            let p = critical_participation_in(pag, &mut scratch, cores, PerEdge::default);
+            let (ln_paths, paths, fast) = (p.ln_paths, p.paths, p.per_edge());
             let (mut slow, mut total) = brute_force(pag, &pag.starts, &pag.ends);
             if total > 0 {
                 assert_eq!(paths, Paths::Spanning, "case {case}");
@@ -611,7 +679,7 @@ mod tests {
             };
             let (fine_cp, fine_total) = brute_force(&fine, &fine_starts, &fine_ends);
             assert_eq!(fine_total, total, "case {case}: paths");
-            let (want, got) = (by_activity(&fine, &fine_cp), by_activity(pag, fast));
+            let (want, got) = (by_activity(&fine, &fine_cp), by_activity(pag, &fast));
             assert_eq!(
                 want.keys().collect::<Vec<_>>(),
                 got.keys().collect::<Vec<_>>(),
@@ -744,10 +812,10 @@ mod tests {
         let pag = build(&lanes, 0, 100);
         assert!(pag.first_message < pag.edges.len(), "the messages joined");
         let mut scratch = CpScratch::default();
-        let (ln_paths, _) = critical_participation_in(&pag, &mut scratch, Cores::ONE);
+        let p = critical_participation_in(&pag, &mut scratch, Cores::ONE, PerEdge::default);
         let ordered: u32 = scratch.runs.iter().map(|(a, b)| b - a).sum();
         assert!((ordered as usize) < pag.nodes, "a cycle is left out");
-        let cp = scratch.cp;
+        let (ln_paths, cp) = (p.ln_paths, p.per_edge());
         assert!(cp.iter().all(|c| c.is_finite() && *c >= 0.0), "{cp:?}");
         assert!(cp.iter().sum::<f64>() <= 1.0 + 1e-9);
         assert!(!ln_paths.is_nan());

@@ -179,7 +179,8 @@ pub(crate) fn build_into(
     }
     pag.span = we.saturating_sub(ws);
     pag.first_message = pag.edges.len();
-    join(join_scratch, &own.sends, &own.recvs, |send, recv| {
+    let split = cores.split(own.sends.len() + own.recvs.len());
+    join(join_scratch, &own.sends, &own.recvs, split, |send, recv| {
         if send.t <= recv.t {
             pag.edges.push(PagEdge {
                 from: send.node,
@@ -355,7 +356,13 @@ struct End {
 /// edges then come in the receive ends' order (lane by lane, in time), so
 /// that later passes read the graph's points in a few ordered streams
 /// rather than in the hash's order.
-fn join(j: &mut JoinScratch, sends: &[End], recvs: &[End], mut edge: impl FnMut(&End, &End)) {
+fn join(
+    j: &mut JoinScratch,
+    sends: &[End],
+    recvs: &[End],
+    split: bool,
+    mut edge: impl FnMut(&End, &End),
+) {
     let bits = (sends.len() / 2048)
         .max(1)
         .next_power_of_two()
@@ -369,31 +376,89 @@ fn join(j: &mut JoinScratch, sends: &[End], recvs: &[End], mut edge: impl FnMut(
         s_first,
         recvs_by_part,
         r_first,
-        table,
+        tables: [table, other_table],
+        found,
         send_of,
     } = j;
-    scatter(sends, 1 << bits, part, sends_by_part, s_first);
-    scatter(recvs, 1 << bits, part, recvs_by_part, r_first);
-    let largest = s_first.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    table.clear();
-    table.reserve(largest);
+    both(
+        split,
+        || scatter(sends, 1 << bits, part, sends_by_part, s_first),
+        || scatter(recvs, 1 << bits, part, recvs_by_part, r_first),
+    );
+    // The parts are independent: on two cores each half of them is
+    // matched with a table of its own, into its own range of `found`.
+    let parts = 1 << bits;
+    let half = parts / 2;
+    found.clear();
+    found.resize(recvs.len(), u32::MAX);
+    let (found_first, found_second) = found.split_at_mut(r_first[half]);
+    let (sends_by_part, s_first, recvs_by_part, r_first) =
+        (&**sends_by_part, &**s_first, &**recvs_by_part, &**r_first);
+    let ends = Parts {
+        sends_by_part,
+        s_first,
+        recvs_by_part,
+        r_first,
+    };
+    both(
+        split,
+        || ends.match_in(0..half, table, found_first),
+        || ends.match_in(half..parts, other_table, found_second),
+    );
     // For each receive end, the index of its send end in `sends`.
     send_of.clear();
     send_of.resize(recvs.len(), u32::MAX);
-    for p in 0..1 << bits {
-        table.clear();
-        for &(id, i) in &sends_by_part[s_first[p]..s_first[p + 1]] {
-            table.insert(id, i);
-        }
-        for &(id, r) in &recvs_by_part[r_first[p]..r_first[p + 1]] {
-            if let Some(&i) = table.get(&id) {
-                send_of[r as usize] = i;
-            }
-        }
+    for (&(_, r), &i) in recvs_by_part.iter().zip(found.iter()) {
+        send_of[r as usize] = i;
     }
     for (r, &i) in recvs.iter().zip(send_of.iter()) {
         if i != u32::MAX {
             edge(&sends[i as usize], r);
+        }
+    }
+}
+
+/// Message ends grouped by part (see [`scatter`]).
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    sends_by_part: &'a [(u64, u32)],
+    s_first: &'a [usize],
+    recvs_by_part: &'a [(u64, u32)],
+    r_first: &'a [usize],
+}
+
+impl Parts<'_> {
+    /// Sets `found[k]` to the index in `sends` of the send end of the
+    /// `k`-th receive end of `parts` (in `recvs_by_part`'s order), where
+    /// there is one.
+    fn match_in(
+        self,
+        parts: std::ops::Range<usize>,
+        table: &mut HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+        found: &mut [u32],
+    ) {
+        let largest = parts
+            .clone()
+            .map(|p| self.s_first[p + 1] - self.s_first[p])
+            .max()
+            .unwrap_or(0);
+        table.clear();
+        table.reserve(largest);
+        let base = self.r_first[parts.start];
+        for p in parts {
+            table.clear();
+            for &(id, i) in &self.sends_by_part[self.s_first[p]..self.s_first[p + 1]] {
+                table.insert(id, i);
+            }
+            let (from, to) = (self.r_first[p], self.r_first[p + 1]);
+            for (slot, &(id, _)) in found[from - base..to - base]
+                .iter_mut()
+                .zip(&self.recvs_by_part[from..to])
+            {
+                if let Some(&i) = table.get(&id) {
+                    *slot = i;
+                }
+            }
         }
     }
 }
@@ -405,7 +470,10 @@ struct JoinScratch {
     s_first: Vec<usize>,
     recvs_by_part: Vec<(u64, u32)>,
     r_first: Vec<usize>,
-    table: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    /// One per core.
+    tables: [HashMap<u64, u32, BuildHasherDefault<IdHasher>>; 2],
+    /// Per receive end in `recvs_by_part`, its send end's index.
+    found: Vec<u32>,
     send_of: Vec<u32>,
 }
 
@@ -680,10 +748,10 @@ mod tests {
         // smaller one give the same answer as fresh ones.
         let mut scratch = JoinScratch::default();
         let bigger: Vec<End> = (0..50_000).map(|i| end(i * 3 + 1, i, 7, 0)).collect();
-        join(&mut scratch, &bigger, &bigger, |_, _| {});
-        for _ in 0..2 {
+        join(&mut scratch, &bigger, &bigger, true, |_, _| {});
+        for split in [false, true, false] {
             let mut got = Vec::new();
-            join(&mut scratch, &sends, &recvs, |s, r| {
+            join(&mut scratch, &sends, &recvs, split, |s, r| {
                 got.push((r.id, s.node))
             });
             got.sort_unstable();
@@ -691,7 +759,9 @@ mod tests {
             assert_eq!(got, want);
         }
         let mut got = 0;
-        join(&mut scratch, &sends[..100], &recvs[..100], |_, _| got += 1);
+        join(&mut scratch, &sends[..100], &recvs[..100], false, |_, _| {
+            got += 1
+        });
         assert!(got > 50, "{got}");
     }
 

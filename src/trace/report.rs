@@ -9,9 +9,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::cores::Cores;
-use super::cp::{CpScratch, Paths, critical_participation_in};
+use super::cp::{CpScratch, Participation, Paths, Tally, critical_participation_in};
 use super::event::{Event, Kind, NO_OP};
-use super::graph::{GraphScratch, LaneInput, Pag, build_into};
+use super::graph::{GraphScratch, LaneInput, Pag, PagEdge, build_into};
 
 /// One lane's events with what the report names it by.
 pub(crate) struct LaneView<'a> {
@@ -112,6 +112,80 @@ impl Acc {
 /// (receiving lane, sending lane, activity, operator)
 type GroupKey = (u32, u32, Kind, u16);
 
+/// The dimensions of [`Tables`]: lanes, and operator slots per lane (the
+/// last one for no operator).
+#[derive(Clone, Copy)]
+struct Shape {
+    lanes: usize,
+    slots: usize,
+}
+
+impl Shape {
+    fn local_ix(self, lane: u32, kind: Kind, op: u16) -> usize {
+        let op = (op as usize).min(self.slots - 1);
+        (lane as usize * Kind::COUNT + kind as usize) * self.slots + op
+    }
+
+    fn message_ix(self, to_lane: u32, from_lane: u32, kind: Kind) -> usize {
+        let k = usize::from(kind == Kind::ControlMessage);
+        (to_lane as usize * self.lanes + from_lane as usize) * 2 + k
+    }
+}
+
+/// CP and time summed per (lane, kind, operator) of local edges, and per
+/// (receiving lane, sending lane, kind) of messages, with whether any
+/// message was there: few distinct keys, so that the named rows cost
+/// nothing per edge.
+struct Tables<'p> {
+    pag: &'p Pag,
+    shape: Shape,
+    local: Vec<(f64, u64)>,
+    messages: Vec<(f64, u64, bool)>,
+}
+
+impl<'p> Tables<'p> {
+    fn new(pag: &'p Pag, shape: Shape) -> Tables<'p> {
+        Tables {
+            pag,
+            shape,
+            local: vec![(0.0, 0); shape.lanes * Kind::COUNT * shape.slots],
+            messages: vec![(0.0, 0, false); shape.lanes * shape.lanes * 2],
+        }
+    }
+}
+
+impl Tally for Tables<'_> {
+    /// A local edge's CP is shared among its pieces by duration: every
+    /// path through one of them runs through all.
+    fn add(&mut self, e: &PagEdge, c: f64) {
+        if e.is_message() {
+            let g = &mut self.messages[self.shape.message_ix(e.to_lane, e.lane, e.kind)];
+            g.0 += c;
+            g.1 += e.w;
+            g.2 = true;
+            return;
+        }
+        let per_ns = if e.w > 0 { c / e.w as f64 } else { 0.0 };
+        for p in self.pag.pieces_of(e) {
+            let g = &mut self.local[self.shape.local_ix(e.lane, p.kind, p.op)];
+            g.0 += per_ns * p.w as f64;
+            g.1 += p.w;
+        }
+    }
+
+    fn merge(&mut self, later: Self) {
+        for (g, h) in self.local.iter_mut().zip(later.local) {
+            g.0 += h.0;
+            g.1 += h.1;
+        }
+        for (g, h) in self.messages.iter_mut().zip(later.messages) {
+            g.0 += h.0;
+            g.1 += h.1;
+            g.2 |= h.2;
+        }
+    }
+}
+
 /// What an analysis builds, kept by whoever analyses window after window
 /// so that each reuses the memory of the one before: allocated afresh,
 /// a window of a million events was fresh pages from the kernel each
@@ -159,8 +233,21 @@ pub(crate) fn analyze<'a>(
         ..
     } = a;
     build_into(pag, graph, &inputs, ws, we, true, *cores);
-    let (ln_paths, paths) = critical_participation_in(pag, cp, *cores);
-    let cp = &cp.cp;
+    let slots = lanes.iter().map(|l| l.ops.len()).max().unwrap_or(0) + 1;
+    let shape = Shape {
+        lanes: lanes.len(),
+        slots,
+    };
+    let pag = &*pag;
+    let Participation {
+        tally,
+        scale,
+        ln_paths,
+        paths,
+    } = critical_participation_in(pag, cp, *cores, || Tables::new(pag, shape));
+    let Tables {
+        local, messages, ..
+    } = tally;
     let (mut activities, mut operators, mut workers, mut peers) = (
         Acc::default(),
         Acc::default(),
@@ -178,53 +265,22 @@ pub(crate) fn analyze<'a>(
             l.peer.unwrap_or(THIS_NODE)
         }
     };
-    // Sum per (receiving lane, sending lane, kind, operator) first, in
-    // dense tables (few distinct keys), so that the named rows below cost
-    // nothing per edge. A local edge's CP is shared among its pieces by
-    // duration: every path through one of them runs through all.
-    let kinds = Kind::COUNT;
-    let slots = lanes.iter().map(|l| l.ops.len()).max().unwrap_or(0) + 1;
-    let local_ix = |lane: u32, kind: Kind, op: u16| {
-        let op = (op as usize).min(slots - 1);
-        (lane as usize * kinds + kind as usize) * slots + op
-    };
-    let mut local = vec![(0.0f64, 0u64); lanes.len() * kinds * slots];
-    let mut messages = vec![(0.0f64, 0u64, false); lanes.len() * lanes.len() * 2];
-    for (e, &c) in pag.edges.iter().zip(cp) {
-        if e.is_message() {
-            let k = usize::from(e.kind == Kind::ControlMessage);
-            let g = &mut messages[(e.to_lane as usize * lanes.len() + e.lane as usize) * 2 + k];
-            g.0 += c;
-            g.1 += e.w;
-            g.2 = true;
-            continue;
-        }
-        let per_ns = if e.w > 0 { c / e.w as f64 } else { 0.0 };
-        for p in pag.pieces_of(e) {
-            let g = &mut local[local_ix(e.lane, p.kind, p.op)];
-            g.0 += per_ns * p.w as f64;
-            g.1 += p.w;
-        }
-    }
     let mut groups: Vec<(GroupKey, (f64, u64))> = Vec::new();
     for lane in 0..lanes.len() as u32 {
         for kind in Kind::ALL {
             for op in 0..slots {
-                let g = local[local_ix(lane, kind, op as u16)];
+                let g = local[shape.local_ix(lane, kind, op as u16)];
                 if g.1 > 0 {
                     let op = if op + 1 == slots { NO_OP } else { op as u16 };
-                    groups.push(((lane, lane, kind, op), g));
+                    groups.push(((lane, lane, kind, op), (g.0 * scale, g.1)));
                 }
             }
         }
         for from in 0..lanes.len() {
-            for (k, kind) in [Kind::DataMessage, Kind::ControlMessage]
-                .into_iter()
-                .enumerate()
-            {
-                let g = messages[(lane as usize * lanes.len() + from) * 2 + k];
+            for kind in [Kind::DataMessage, Kind::ControlMessage] {
+                let g = messages[shape.message_ix(lane, from as u32, kind)];
                 if g.2 {
-                    groups.push(((lane, from as u32, kind, NO_OP), (g.0, g.1)));
+                    groups.push(((lane, from as u32, kind, NO_OP), (g.0 * scale, g.1)));
                 }
             }
         }
