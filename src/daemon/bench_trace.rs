@@ -10,7 +10,9 @@
 //!    did first) could not tell 5 %: on this shared machine the p99 of one
 //!    run differed from the next by up to 2×, the noise changing over
 //!    seconds, while periods of 1 s alternating in one run see the same
-//!    machine; the medians over periods are compared. "On" includes the collector analysing windows (of 200 ms
+//!    machine. Each on period is compared with the off periods beside it
+//!    and the median of these ratios taken, so that drift over the run
+//!    cancels. "On" includes the collector analysing windows (of 200 ms
 //!    here, so that several complete within a period), as in a daemon.
 //! 2. Analysis throughput: one synthetic 1 s window of a 2-node, 4-worker
 //!    pipeline (with exchange streams between the nodes) holding about a
@@ -52,22 +54,21 @@ fn pipeline(events: u64, rate: Option<u64>) -> String {
     )
 }
 
-/// Each on or each off period of one run: its records per second and
-/// the p99 of its latencies. Medians over periods are compared: one
-/// burst of the machine moves the p99 of all periods pooled by tens of
-/// percent, and the median of the periods' p99s not.
+/// Each on or each off period of one run, in order: its records per
+/// second and the p99 of its latencies (none if it saw no record out).
+/// One burst of the machine moves the p99 of all periods pooled by tens
+/// of percent, so periods are compared one by one.
 #[derive(Default)]
 struct Periods {
     rates: Vec<f64>,
-    p99s_us: Vec<f64>,
+    p99s_us: Vec<Option<f64>>,
 }
 
 impl Periods {
     fn add(&mut self, records: u64, seconds: f64, latency_us: &Histogram<u64>) {
         self.rates.push(records as f64 / seconds.max(1e-9));
-        if !latency_us.is_empty() {
-            self.p99s_us.push(latency_us.value_at_quantile(0.99) as f64);
-        }
+        self.p99s_us
+            .push((!latency_us.is_empty()).then(|| latency_us.value_at_quantile(0.99) as f64));
     }
 
     fn rate(&self) -> f64 {
@@ -75,12 +76,58 @@ impl Periods {
     }
 
     fn p99_us(&self) -> f64 {
-        if self.p99s_us.is_empty() {
-            0.0
-        } else {
-            median(self.p99s_us.clone())
-        }
+        let known: Vec<f64> = self.p99s_us.iter().flatten().copied().collect();
+        if known.is_empty() { 0.0 } else { median(known) }
     }
+}
+
+/// On against off, period by period: each on period divided by the mean
+/// of the off period before it and the one after (the last on period
+/// has only the one before), so that the machine's drift over seconds,
+/// which moved the medians of whole runs by up to 30 % here, cancels.
+/// The median of these ratios, and its 95 % confidence interval (from
+/// order statistics, so no distribution is assumed): how finely one run
+/// can tell. A period's p99 here varies by ±15 % from the next, so 30
+/// pairs resolve about ±8 %, and four times as many half that.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Ratio {
+    pub(crate) median: f64,
+    pub(crate) lo: f64,
+    pub(crate) hi: f64,
+}
+
+/// `off[k]` precedes `on[k]`, which precedes `off[k + 1]` (off first).
+fn paired(off: &[Option<f64>], on: &[Option<f64>]) -> Option<Ratio> {
+    let mut ratios: Vec<f64> = on
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &on)| {
+            let beside: Vec<f64> = [off.get(k), off.get(k + 1)]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .copied()
+                .collect();
+            let base = beside.iter().sum::<f64>() / beside.len() as f64;
+            (base > 0.0).then(|| on.map(|on| on / base)).flatten()
+        })
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    crate::cold_sort::sort_by(&mut ratios, f64::total_cmp);
+    let n = ratios.len();
+    // The ranks (from 1) between which the median lies with 95 %
+    // probability: n/2 ± 1.96·√n/2, the normal approximation of the
+    // binomial count of ratios below it.
+    let half = 1.96 * (n as f64).sqrt() / 2.0;
+    let lo = ((n as f64 / 2.0 - half).floor() as usize).max(1);
+    let hi = ((n as f64 / 2.0 + 1.0 + half).ceil() as usize).min(n);
+    Some(Ratio {
+        median: ratios[(n - 1) / 2],
+        lo: ratios[lo - 1],
+        hi: ratios[hi - 1],
+    })
 }
 
 /// One run of `periods` periods, tracing on in every other one (the
@@ -162,8 +209,12 @@ pub(crate) struct Overhead {
     pub(crate) on_events_per_s: f64,
     pub(crate) off_p99_us: f64,
     pub(crate) on_p99_us: f64,
+    /// From the ratios of [`paired`] periods, in percent worse (lower
+    /// throughput, higher p99), and their 95 % confidence intervals.
     pub(crate) overhead_throughput_pct: f64,
+    pub(crate) overhead_throughput_ci_pct: (f64, f64),
     pub(crate) overhead_p99_pct: f64,
+    pub(crate) overhead_p99_ci_pct: (f64, f64),
     /// Events per worker-second the engine logged: the busiest window of
     /// the run at a fixed rate, and of the one as fast as it goes.
     pub(crate) traced_events_per_worker_s: f64,
@@ -207,17 +258,24 @@ fn overhead(seconds: u64) -> Result<Overhead, String> {
     };
     let (off_t, on_t) = (thr_off.rate(), thr_on.rate());
     let (off_p, on_p) = (lat_off.p99_us(), lat_on.p99_us());
+    let some = |v: &[f64]| v.iter().map(|&r| Some(r)).collect::<Vec<_>>();
+    let thr = paired(&some(&thr_off.rates), &some(&thr_on.rates))
+        .ok_or("no throughput measured in the saturated run")?;
+    let lat = paired(&lat_off.p99s_us, &lat_on.p99s_us)
+        .ok_or("no latency measured in the run at a fixed rate")?;
+    // Lower throughput is worse: the low end of its ratios is the high
+    // end of the overhead.
+    let worse_rate = |r: f64| (1.0 - r) * 100.0;
+    let worse_p99 = |r: f64| (r - 1.0) * 100.0;
     Ok(Overhead {
         off_events_per_s: off_t,
         on_events_per_s: on_t,
         off_p99_us: off_p,
         on_p99_us: on_p,
-        overhead_throughput_pct: (off_t - on_t) / off_t.max(1e-9) * 100.0,
-        overhead_p99_pct: if off_p > 0.0 {
-            (on_p - off_p) / off_p * 100.0
-        } else {
-            0.0
-        },
+        overhead_throughput_pct: worse_rate(thr.median),
+        overhead_throughput_ci_pct: (worse_rate(thr.hi), worse_rate(thr.lo)),
+        overhead_p99_pct: worse_p99(lat.median),
+        overhead_p99_ci_pct: (worse_p99(lat.lo), worse_p99(lat.hi)),
         traced_events_per_worker_s: density(&steady),
         saturated_events_per_worker_s: density(&saturated),
         real_window_ms: steady
@@ -300,6 +358,8 @@ pub(crate) fn bench(seconds: u64, density: Option<u64>, json: bool) -> ExitCode 
             serde_json::json!({
                 "overhead_throughput_pct": o.map(|o| o.overhead_throughput_pct),
                 "overhead_p99_pct": o.map(|o| o.overhead_p99_pct),
+                "overhead_throughput_ci_pct": o.map(|o| o.overhead_throughput_ci_pct),
+                "overhead_p99_ci_pct": o.map(|o| o.overhead_p99_ci_pct),
                 "analysis_events_per_s": f.analysis_events_per_s,
                 "window_analysis_ms": f.window_analysis_ms,
                 "window_analysis_one_core_ms": f.window_one_core_ms,
@@ -309,22 +369,26 @@ pub(crate) fn bench(seconds: u64, density: Option<u64>, json: bool) -> ExitCode 
     }
     if let Some(o) = &f.overhead {
         println!(
-            "tracing overhead (2 workers, generator -> map -> keyed window -> blackhole; on and off alternating every {} s within each run, medians of {} periods each):",
+            "tracing overhead (2 workers, generator -> map -> keyed window -> blackhole; on and off alternating every {} s within each run, {} periods each; overhead: median of each on period against the off periods beside it, [95% confidence interval]):",
             PERIOD.as_secs(),
             o.periods
         );
         println!(
-            "  throughput  off {:.2} M ev/s   on {:.2} M ev/s   overhead {:.1}% (goal <= 5%)",
+            "  throughput  off {:.2} M ev/s   on {:.2} M ev/s (medians)   overhead {:.1}% [{:.1} .. {:.1}] (goal <= 5%)",
             o.off_events_per_s / 1e6,
             o.on_events_per_s / 1e6,
-            o.overhead_throughput_pct
+            o.overhead_throughput_pct,
+            o.overhead_throughput_ci_pct.0,
+            o.overhead_throughput_ci_pct.1
         );
         println!(
-            "  p99 at {} k ev/s  off {:.0} us   on {:.0} us   overhead {:.1}% (goal <= 5%)",
+            "  p99 at {} k ev/s  off {:.0} us   on {:.0} us (medians)   overhead {:.1}% [{:.1} .. {:.1}] (goal <= 5%)",
             LATENCY_RATE / 1000,
             o.off_p99_us,
             o.on_p99_us,
-            o.overhead_p99_pct
+            o.overhead_p99_pct,
+            o.overhead_p99_ci_pct.0,
+            o.overhead_p99_ci_pct.1
         );
         println!(
             "  traced: {:.0} events per worker-second at {} k ev/s, {:.0} when saturated; {} dropped; slowest real {RUN_WINDOW_MS} ms window analysed in {:.1} ms",
@@ -368,6 +432,39 @@ pub(crate) fn bench(seconds: u64, density: Option<u64>, json: bool) -> ExitCode 
 mod tests {
     use super::*;
 
+    /// A machine that slows down steadily over the run makes every
+    /// later period slower: on periods that cost nothing compare even
+    /// with the off periods beside them, where the medians of the two
+    /// sides would differ by the drift.
+    #[test]
+    fn paired_periods_cancel_drift() {
+        // p99 grows 10 µs a period; on periods (odd) cost nothing.
+        let p99 = |p: usize| Some(100.0 + 10.0 * p as f64);
+        let off: Vec<_> = (0..20).step_by(2).map(p99).collect();
+        let on: Vec<_> = (1..20).step_by(2).map(p99).collect();
+        let r = paired(&off, &on).unwrap();
+        // The last on period has only the off period before it.
+        assert!((r.median - 1.0).abs() < 1e-9, "{r:?}");
+        assert!((r.lo - 1.0).abs() < 1e-9, "{r:?}");
+        // A cost of 5 % on every on period is found exactly.
+        let costly: Vec<_> = on.iter().map(|p| p.map(|p| p * 1.05)).collect();
+        let r = paired(&off, &costly).unwrap();
+        assert!((r.median - 1.05).abs() < 1e-9, "{r:?}");
+        // Of 30 distinct ratios the median's 95 % interval runs from the
+        // 9th to the 22nd (the exact binomial ranks are 10 and 21).
+        let base = vec![Some(1.0); 31];
+        let ranked: Vec<_> = (1..=30).map(|r| Some(r as f64)).collect();
+        let r = paired(&base, &ranked).unwrap();
+        assert_eq!((r.lo, r.median, r.hi), (9.0, 15.0, 22.0));
+        // Periods without latencies are left out, not paired with others.
+        let mut gaps = on.clone();
+        gaps[3] = None;
+        let r = paired(&[None; 10], &gaps);
+        assert_eq!(r, None);
+        let r = paired(&off, &gaps).unwrap();
+        assert!((r.median - 1.0).abs() < 1e-9, "{r:?}");
+    }
+
     /// Each period counts its own records and latencies: at a fixed rate
     /// every period, on or off, carries about that rate, and the on
     /// periods log events the collector analyses.
@@ -388,7 +485,7 @@ mod tests {
             "{rates:?}"
         );
         for side in [&off, &on] {
-            assert_eq!(side.p99s_us.len(), 2);
+            assert_eq!(side.p99s_us.iter().flatten().count(), 2);
             assert!(side.p99_us() > 0.0);
         }
         assert!(

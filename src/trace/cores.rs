@@ -1,5 +1,7 @@
 //! A window's analysis on two cores: the lanes of the graph are built in
-//! two halves, and the forward and backward path counts run side by side.
+//! two halves, message ends are scattered and matched in two halves, the
+//! forward and backward path counts run side by side, and the edges are
+//! weighed and summed into the report's tables in two halves.
 //! A million-event window took about 60 ms on one core here, over the 50 ms
 //! it may take; the small devices eddy runs on have two to four cores, and
 //! the collector is idle between windows. The second thread is the
