@@ -230,3 +230,105 @@ fn session_windows_match_reference_for_any_workers_and_bins() {
         expected,
     );
 }
+
+/// Peak resident memory of a running process (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib * 1024
+}
+
+/// The thread ids of a process's threads named `name`.
+fn threads(pid: u32, name: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|t| {
+            let tid = t.ok()?.file_name().into_string().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+            (comm.trim() == name).then_some(tid)
+        })
+        .collect()
+}
+
+fn run_ok_cmd(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} (util-linux): {e}"));
+    assert!(out.status.success(), "{program} {args:?}: {out:?}");
+}
+
+/// An unpaced generator's two worker shares never run at quite the same
+/// speed. Without watermark alignment the faster share's event time ran
+/// away from the slower one's, and the keyed window downstream, which
+/// fires only as far as the slower share's watermark, kept every window
+/// in between open: the process grew by 100–400 MB a second for as long
+/// as it ran. With `max_drift` (10 s by default) it stays flat. To make
+/// one share slow for certain, both workers share one core and worker 0
+/// runs only when worker 1 waits (`SCHED_IDLE`).
+#[test]
+fn an_unpaced_generator_on_two_workers_keeps_open_windows_bounded() {
+    let s = Scratch::new();
+    let port = free_port();
+    let pipeline = r#"
+[node]
+workers = 2
+[api]
+address = "127.0.0.1:{port}"
+[checkpoint]
+enabled = false
+[sources.events]
+type = "generator"
+schema = "wcount"
+[transforms.scaled]
+type = "map"
+inputs = ["events"]
+fields = { value = "value * 2" }
+[transforms.counts]
+type = "window"
+inputs = ["scaled"]
+key = ["key"]
+window = { kind = "tumbling", size = "100ms" }
+aggregates = { n = "count(*)", sum = "sum(value)" }
+[sinks.rows]
+type = "blackhole"
+inputs = ["counts"]
+"#;
+    let mut daemon = start_with_api(&s, port, pipeline, std::process::Stdio::null());
+    let pid = daemon.0.as_ref().expect("running").id();
+    let (slow, fast) = (threads(pid, "eddy-worker-0"), threads(pid, "eddy-worker-1"));
+    assert_eq!((slow.len(), fast.len()), (1, 1), "worker threads");
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|l| l.trim().split([',', '-']).next().map(str::to_string))
+        .expect("an allowed CPU");
+    for tid in [&slow[0], &fast[0]] {
+        run_ok_cmd("taskset", &["-p", "-c", &cpu, tid]);
+    }
+    run_ok_cmd("chrt", &["--idle", "-p", "0", &slow[0]]);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let early = peak_rss(pid);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let late = peak_rss(pid);
+    signal(pid, "INT");
+    let status = daemon.0.take().expect("running").wait().expect("wait");
+    assert!(status.success(), "eddy run: {status}");
+    const MIB: u64 = 1 << 20;
+    eprintln!(
+        "peak RSS after 1 s {} MiB, after 5 s {} MiB",
+        early / MIB,
+        late / MIB
+    );
+    assert!(
+        late < early + 150 * MIB,
+        "peak RSS grew from {} MiB to {} MiB in 4 s",
+        early / MIB,
+        late / MIB
+    );
+}

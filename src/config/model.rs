@@ -296,7 +296,16 @@ pub(crate) struct GeneratorSource {
     /// its rate replaces `rate`; in `at` order.
     pub(crate) rate_steps: Vec<RateStep>,
     pub(crate) event_time: EventTime,
+    /// `max_drift`: how far in event time one worker's share may run
+    /// ahead of the slowest before it waits; `None` (`"0s"`) is off.
+    pub(crate) max_drift_ms: Option<i64>,
 }
+
+/// What `max_drift` is unless set: Flink's examples of watermark
+/// alignment use 20 s; 10 s of `wcount` is 50 k events of a worker's
+/// share, tens of milliseconds at full speed, so a worker descheduled for
+/// a moment does not stop the other, while open windows stay bounded.
+pub(crate) const DEFAULT_MAX_DRIFT_MS: i64 = 10_000;
 
 /// One step of a generator's rate schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

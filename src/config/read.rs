@@ -510,12 +510,18 @@ fn read_generator(d: &mut Diagnostics, t: &mut TableReader<'_, '_>) -> Option<Ge
             ),
         }
     }
+    let max_drift_ms = match t.duration_ms(d, "max_drift", true) {
+        Some(s) if s.value == 0 => None,
+        Some(s) => Some(s.value),
+        None => Some(super::model::DEFAULT_MAX_DRIFT_MS),
+    };
     Some(GeneratorSource {
         spec,
         rate,
         count,
         rate_steps,
         event_time,
+        max_drift_ms,
     })
 }
 

@@ -2,6 +2,7 @@
 //! records exchanged between them by key bin over bounded channels,
 //! watermarks, end of input, and the intrinsic metrics.
 
+mod align;
 mod bin_wire;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;

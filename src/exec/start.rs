@@ -438,6 +438,18 @@ pub(crate) fn start_with(
         .iter()
         .map(|per_worker| per_worker.iter().map(|(_, rx)| Some(rx.clone())).collect())
         .collect();
+    // One alignment per generator, shared by this node's workers.
+    let alignments: HashMap<usize, Arc<super::align::Alignment>> = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, node)| match &node.op {
+            OpSpec::Generator(g) => g
+                .max_drift_ms
+                .map(|drift| (i, Arc::new(super::align::Alignment::new(workers, drift)))),
+            _ => None,
+        })
+        .collect();
     for w in 0..workers {
         let edges: Vec<Edge> = edge_targets
             .iter()
@@ -552,6 +564,8 @@ pub(crate) fn start_with(
                     held_watermark: None,
                     watermark_sent: None,
                     recorder: shared.recorders.get(&node.id).cloned(),
+                    // Untimed shares have no watermark to align.
+                    align: alignments.get(&i).filter(|_| delay.is_some()).cloned(),
                 });
             }
             nodes.push(NodeState {

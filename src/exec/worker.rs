@@ -121,6 +121,8 @@ pub(crate) struct SourceState {
     pub(crate) watermark_sent: Option<Instant>,
     /// Samples the source's records for the tuner's profiling runs.
     pub(crate) recorder: Option<Arc<super::recorder::Recorder>>,
+    /// Watermark alignment with the other workers' shares of this source.
+    pub(crate) align: Option<Arc<super::align::Alignment>>,
 }
 
 pub(crate) struct Worker {
@@ -150,6 +152,9 @@ pub(crate) struct Worker {
 const DRAIN_BATCH: usize = 16;
 /// Longest sleep while idle; a safety net, wakeups are explicit.
 const IDLE_PARK: Duration = Duration::from_millis(50);
+/// How soon a worker whose source share waits for the others' (watermark
+/// alignment) looks again: about the time a share takes for a batch.
+const ALIGN_RECHECK: Duration = Duration::from_micros(200);
 /// Sleep while blocked on a full channel with nothing else to do.
 const BLOCKED_PARK: Duration = Duration::from_micros(200);
 
@@ -205,6 +210,16 @@ impl Worker {
                 if self.nodes[node].ended {
                     continue;
                 }
+                if self.sources[s]
+                    .align
+                    .as_ref()
+                    .is_some_and(|a| a.ahead(self.id))
+                {
+                    // The others' progress does not wake this thread: look
+                    // again soon.
+                    wake_at = min_time(wake_at, Some(Instant::now() + ALIGN_RECHECK));
+                    continue;
+                }
                 let start = super::metrics::instrumented().then(Instant::now);
                 let t = self.trace.begin();
                 let outer = self.beat.enter(node);
@@ -224,9 +239,13 @@ impl Worker {
                         progressed = true;
                         self.source_batch(s, batch);
                     }
-                    SourcePoll::Pending(at) => wake_at = min_time(wake_at, at),
+                    SourcePoll::Pending(at) => {
+                        wake_at = min_time(wake_at, at);
+                        self.align_free(s);
+                    }
                     SourcePoll::Ended => {
                         progressed = true;
+                        self.align_free(s);
                         self.end_node(node);
                     }
                 }
@@ -269,11 +288,22 @@ impl Worker {
             let after = w.watermark();
             (after > before).then_some(after)
         });
+        if let (Some(a), Some(w)) = (&self.sources[s].align, &self.sources[s].watermark) {
+            a.advanced(self.id, w.watermark());
+        }
         self.nodes[node].emitted.push((0, batch));
         self.route_emitted(node);
         if advanced.is_some() {
             self.sources[s].held_watermark = advanced;
             self.send_held_watermark(s);
+        }
+    }
+
+    /// Source `s` had nothing to give or ended: it holds no other
+    /// worker's share back.
+    fn align_free(&self, s: usize) {
+        if let Some(a) = &self.sources[s].align {
+            a.free(self.id);
         }
     }
 

@@ -176,6 +176,7 @@ impl NodeBuilder<'_> {
                     rate_steps: g.rate_steps.clone(),
                     count: g.count,
                     max_out_of_orderness_ms: g.event_time.max_out_of_orderness_ms,
+                    max_drift_ms: g.max_drift_ms,
                 };
                 Some((OpSpec::Generator(plan), vec![(id, schema, true)], forward))
             }

@@ -104,6 +104,8 @@ pub(crate) struct GeneratorPlan {
     pub(crate) rate_steps: Vec<crate::config::RateStep>,
     pub(crate) count: Option<u64>,
     pub(crate) max_out_of_orderness_ms: i64,
+    /// Watermark alignment between this node's workers; `None` is off.
+    pub(crate) max_drift_ms: Option<i64>,
 }
 
 impl GeneratorPlan {
