@@ -150,6 +150,34 @@ inputs = ["per_sensor"]
         }
         other => panic!("latency is not a histogram: {other:?}"),
     }
+    // Every worker's instance of the source and of the window has a
+    // watermark, and it follows the generator's event time (its rate).
+    let watermarks = |s: &Scrape, id: &str| -> Vec<(String, f64)> {
+        let mut w: Vec<(String, f64)> = s
+            .samples
+            .iter()
+            .filter(|x| x.metric == "eddy_watermark_ms" && x.labels.get("component_id") == Some(id))
+            .map(|x| (x.labels.get("worker").unwrap_or("?").to_string(), value(x)))
+            .collect();
+        w.sort_by(|a, b| a.0.cmp(&b.0));
+        w
+    };
+    for id in ["readings", "per_sensor"] {
+        let at = watermarks(&second, id);
+        let workers: Vec<&str> = at.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(workers, ["0", "1"], "{id}: {at:?}");
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let third = scrape(port);
+    for ((w, before), (_, after)) in watermarks(&second, "per_sensor")
+        .into_iter()
+        .zip(watermarks(&third, "per_sensor"))
+    {
+        assert!(
+            after >= before + 300.0,
+            "per_sensor on worker {w}: watermark {before} then {after} a second later"
+        );
+    }
 
     let mut child = run.0.take().unwrap();
     signal(child.id(), "TERM");

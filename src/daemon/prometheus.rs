@@ -255,6 +255,22 @@ fn render(report: &Report, host: &str, per_second: &[PerSecond]) -> String {
         }
     }
     {
+        let name = "eddy_watermark_ms";
+        let mut f = Family::new(
+            &mut out,
+            name,
+            "gauge",
+            "Event time (epoch milliseconds) up to which the component's instance on a worker has its input complete; none before its first watermark and after its input ended.",
+        );
+        for (c, l) in report.components.iter().zip(&labels) {
+            for (w, wm) in c.watermarks_ms.iter().enumerate() {
+                if let Some(wm) = wm {
+                    f.sample(name, &format!("{l},worker=\"{w}\""), *wm as f64);
+                }
+            }
+        }
+    }
+    {
         let name = "eddy_true_processing_rate";
         let mut f = Family::new(
             &mut out,

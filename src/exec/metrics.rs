@@ -55,6 +55,35 @@ pub(crate) struct OpMetrics {
     /// Keyed operators that keep per-bin state (windows): about how many
     /// bytes each bin's state takes, as the operator last counted it.
     pub(crate) bin_state_bytes: Box<[AtomicU64]>,
+    /// The instance's watermark, for `/metrics`.
+    pub(crate) watermark: WatermarkGauge,
+}
+
+/// An operator instance's watermark: the event time (epoch ms) up to
+/// which its input is complete. A user whose windows do not fire looks
+/// here first; a source's shares that drift apart show here too.
+#[derive(Debug)]
+pub(crate) struct WatermarkGauge(std::sync::atomic::AtomicI64);
+
+impl Default for WatermarkGauge {
+    fn default() -> Self {
+        WatermarkGauge(std::sync::atomic::AtomicI64::new(
+            crate::kernel::watermark::WATERMARK_START,
+        ))
+    }
+}
+
+impl WatermarkGauge {
+    pub(crate) fn set(&self, watermark: i64) {
+        self.0.store(watermark, Relaxed);
+    }
+
+    /// `None` before the first watermark and after the final one.
+    pub(crate) fn get(&self) -> Option<i64> {
+        use crate::kernel::watermark::{WATERMARK_END, WATERMARK_START};
+        let v = self.0.load(Relaxed);
+        (v != WATERMARK_START && v != WATERMARK_END).then_some(v)
+    }
 }
 
 impl OpMetrics {

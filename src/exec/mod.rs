@@ -206,6 +206,9 @@ pub(crate) struct ComponentReport {
     pub(crate) state_loads: u64,
     /// Sinks: end-to-end latency in microseconds.
     pub(crate) latency_us: Option<hdrhistogram::Histogram<u64>>,
+    /// Per worker of this node (index = its local number): the instance's
+    /// watermark, if it has one (untimed streams and ended ones have none).
+    pub(crate) watermarks_ms: Vec<Option<i64>>,
 }
 
 /// A keyed component's per-bin counters on this node, summed over its
@@ -371,6 +374,7 @@ impl Reporter {
                     state_evictions: evictions,
                     state_loads: loads,
                     latency_us: self.latency[i].as_ref().map(|l| l.snapshot()),
+                    watermarks_ms: self.metrics[i].iter().map(|m| m.watermark.get()).collect(),
                 }
             })
             .collect();

@@ -327,6 +327,7 @@ impl Worker {
             return None;
         }
         self.nodes[node].watermark = wm;
+        self.nodes[node].metrics.watermark.set(wm);
         self.propagate_watermark(node, wm);
         None
     }
@@ -577,6 +578,7 @@ impl Worker {
             return;
         }
         state.watermark = min;
+        state.metrics.watermark.set(min);
         self.call(node, 0, |op, ctx| op.on_watermark(min, ctx));
         self.propagate_watermark(node, min);
     }
@@ -621,6 +623,7 @@ impl Worker {
         } else if self.nodes[node].watermark < WATERMARK_END {
             // A source: its final watermark fires everything downstream.
             self.nodes[node].watermark = WATERMARK_END;
+            self.nodes[node].metrics.watermark.set(WATERMARK_END);
             self.propagate_watermark(node, WATERMARK_END);
         }
         if let Some(cp) = self.shared.checkpoints.clone() {
@@ -666,6 +669,7 @@ impl Worker {
                 continue;
             };
             self.nodes[node].watermark = op_record.watermark;
+            self.nodes[node].metrics.watermark.set(op_record.watermark);
             let Some(op) = self.nodes[node].op.as_mut() else {
                 continue;
             };
