@@ -216,8 +216,11 @@ impl Worker {
                     .is_some_and(|a| a.ahead(self.id))
                 {
                     // The others' progress does not wake this thread: look
-                    // again soon.
+                    // again soon. What it produced still goes downstream.
                     wake_at = min_time(wake_at, Some(Instant::now() + ALIGN_RECHECK));
+                    if let Some(due) = self.send_held_watermark(s) {
+                        wake_at = min_time(wake_at, Some(due));
+                    }
                     continue;
                 }
                 let start = super::metrics::instrumented().then(Instant::now);
