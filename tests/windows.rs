@@ -231,14 +231,24 @@ fn session_windows_match_reference_for_any_workers_and_bins() {
     );
 }
 
+/// One field of `/proc/PID/status`, trimmed.
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .trim()
+        .to_string()
+}
+
 /// Peak resident memory of a running process (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
+    let kib: u64 = status_field(pid, "VmHWM")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .expect("VmHWM in kB");
     kib * 1024
 }
 
@@ -254,7 +264,8 @@ fn threads(pid: u32, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn run_ok_cmd(program: &str, args: &[&str]) {
+/// Runs a util-linux tool (`taskset`, `chrt`) that must succeed.
+fn util_linux(program: &str, args: &[&str]) {
     let out = std::process::Command::new(program)
         .args(args)
         .output()
@@ -302,16 +313,12 @@ inputs = ["counts"]
     let pid = daemon.0.as_ref().expect("running").id();
     let (slow, fast) = (threads(pid, "eddy-worker-0"), threads(pid, "eddy-worker-1"));
     assert_eq!((slow.len(), fast.len()), (1, 1), "worker threads");
-    let cpu = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("status")
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .and_then(|l| l.trim().split([',', '-']).next().map(str::to_string))
-        .expect("an allowed CPU");
+    let allowed = status_field(pid, "Cpus_allowed_list");
+    let cpu = allowed.split([',', '-']).next().expect("an allowed CPU");
     for tid in [&slow[0], &fast[0]] {
-        run_ok_cmd("taskset", &["-p", "-c", &cpu, tid]);
+        util_linux("taskset", &["-p", "-c", cpu, tid]);
     }
-    run_ok_cmd("chrt", &["--idle", "-p", "0", &slow[0]]);
+    util_linux("chrt", &["--idle", "-p", "0", &slow[0]]);
     std::thread::sleep(std::time::Duration::from_secs(1));
     let early = peak_rss(pid);
     std::thread::sleep(std::time::Duration::from_secs(4));

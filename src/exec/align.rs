@@ -7,7 +7,7 @@
 //! different speeds spreads event time without bound: a keyed window
 //! downstream fires only as far as the slower share's watermark, so it
 //! keeps every window between the two open, and memory grows for as long
-//! as the run lasts (300 MB a second here with 100 ms windows). A share
+//! as the run lasts (100–400 MB a second here with 100 ms windows). A share
 //! that is idle (nothing to give at this poll) or has ended holds no one
 //! back, as Flink excludes idle splits; one that has not produced yet
 //! holds no one back either, so a run never waits for a share to start.
