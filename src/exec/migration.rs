@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::bin_entries::BinEntries;
 use super::held::HeldRecords;
 use super::migration_mesh::Link;
 use super::worker::{Body, Route, Worker};
@@ -32,9 +33,6 @@ use crate::migrate::{
     Assignment, CoordInput, CoordOutput, Coordinator, Input, Migrator, Output, Report, Step,
     Strategy,
 };
-
-/// Entries of one bin, as `Operator::export_bins` gives them.
-pub(crate) type BinState = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// How long a rebalance waits for the workers before giving up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -124,7 +122,7 @@ pub(crate) struct WorkerMigration {
     /// Records of bins whose state is still coming, per (node, bin).
     held: HeldRecords,
     /// Bin state arrived and not installed yet.
-    arrived: HashMap<(usize, u32), BinState>,
+    arrived: HashMap<(usize, u32), BinEntries>,
     /// Per node: the exchange edge bin state is sent on (its first).
     state_edge: Vec<Option<usize>>,
     /// Nodes whose inputs all ended while a bin was still coming.
@@ -753,7 +751,7 @@ impl Worker {
         let t = self.trace.begin();
         let exported = match self.nodes[node].op.as_mut() {
             Some(op) => op.export_bins(&bins),
-            None => Ok(bins.iter().map(|_| Vec::new()).collect()),
+            None => Ok(bins.iter().map(|_| BinEntries::new()).collect()),
         };
         self.trace.end(t, crate::trace::Kind::Migration, node);
         let exported = match exported {

@@ -7,8 +7,7 @@ use super::metrics::OpMetrics;
 use crate::data::Batch;
 use crate::io::dead_letter::DeadLetter;
 
-/// One bin's state: `(key, value)` entries, as checkpoints store them.
-pub(crate) type BinEntries = Vec<(Vec<u8>, Vec<u8>)>;
+pub(crate) use super::bin_entries::BinEntries;
 
 /// One instance of a transform or sink on one worker.
 ///
@@ -51,7 +50,7 @@ pub(crate) trait Operator: Send {
     /// operators whose state spans bins scan it once. Stateless operators
     /// keep the default.
     fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<BinEntries>, String> {
-        Ok(bins.iter().map(|_| Vec::new()).collect())
+        Ok(bins.iter().map(|_| BinEntries::new()).collect())
     }
 
     /// While running: installs a bin another instance exported. What is
@@ -61,10 +60,10 @@ pub(crate) trait Operator: Send {
     fn install_bin(
         &mut self,
         bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: BinEntries,
         ctx: &mut OpCtx<'_>,
     ) -> Result<(), String> {
-        self.restore(bin, entries)?;
+        self.restore(bin, entries.to_pairs())?;
         self.installed(bin, ctx);
         Ok(())
     }

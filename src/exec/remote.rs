@@ -624,7 +624,7 @@ impl Reader {
         let mut ended = false;
         // A migrating bin's state being put together: (epoch, bin, next
         // chunk index, entries).
-        let mut state: Option<(u64, u32, u32, super::migration::BinState)> = None;
+        let mut state: Option<(u64, u32, u32, super::bin_entries::BinEntries)> = None;
         let (trace, ids) = &mut self.trace;
         loop {
             let frame = self.rx.recv().await?;
@@ -658,7 +658,7 @@ impl Reader {
                 Some(Frame::Marker(Marker::Migration(epoch))) => Body::Marker(epoch),
                 Some(Frame::BinState(c)) => {
                     let (epoch, bin, index, mut entries) =
-                        state.take().unwrap_or((c.epoch, c.bin, 0, Vec::new()));
+                        state.take().unwrap_or((c.epoch, c.bin, 0, Default::default()));
                     if (epoch, bin, index) != (c.epoch, c.bin, c.index) {
                         return Err(format!(
                             "state chunk {} of bin {} (epoch {}) where chunk {index} of bin {bin} (epoch {epoch}) was due",
@@ -840,8 +840,8 @@ mod tests {
             Field::new("seq", DataType::Int),
             Field::new("pad", DataType::Str),
         ]));
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..5000u32)
-            .map(|i| (i.to_le_bytes().to_vec(), vec![7; 100]))
+        let entries: super::super::bin_entries::BinEntries = (0..5000u32)
+            .map(|i| (i.to_le_bytes(), [7; 100]))
             .collect();
         let chunks = super::super::bin_wire::encode_chunks(&entries, 64 << 10);
         assert!(chunks.len() > 5);

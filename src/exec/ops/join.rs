@@ -331,27 +331,29 @@ impl Operator for Join {
         &mut self,
         bins: &[u32],
     ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
-        let encode = |sides: &Sides| postcard::to_stdvec(sides).expect("join state encodes");
+        let push = |out: &mut crate::exec::operator::BinEntries, prefix: &[u8], key: &[u8], sides: &Sides| {
+            out.push_with(
+                |b| {
+                    b.extend_from_slice(prefix);
+                    b.extend_from_slice(key);
+                },
+                |b| *b = postcard::to_extend(sides, std::mem::take(b)).expect("join state encodes"),
+            );
+        };
         Ok(bins
             .iter()
             .map(|&bin| {
                 self.dirty.unmark(bin);
-                let mut out = Vec::new();
+                let mut out = crate::exec::operator::BinEntries::new();
                 if let Some(map) = self.by_bin.get_mut(bin as usize) {
-                    out.extend(
-                        std::mem::take(map)
-                            .iter()
-                            .map(|(k, sides)| (k.to_vec(), encode(sides))),
-                    );
+                    for (k, sides) in std::mem::take(map).iter() {
+                        push(&mut out, &[], &k[..], sides);
+                    }
                 }
                 for (start, maps) in &mut self.by_window {
-                    out.extend(
-                        std::mem::take(&mut maps[bin as usize])
-                            .iter()
-                            .map(|(k, sides)| {
-                                ([&start.to_be_bytes()[..], k].concat(), encode(sides))
-                            }),
-                    );
+                    for (k, sides) in std::mem::take(&mut maps[bin as usize]).iter() {
+                        push(&mut out, &start.to_be_bytes(), &k[..], sides);
+                    }
                 }
                 out
             })

@@ -286,13 +286,17 @@ impl Operator for SessionWindow {
             .iter()
             .map(|&bin| {
                 self.dirty.unmark(bin);
-                std::mem::take(&mut self.state[bin as usize])
-                    .into_iter()
-                    .map(|(key, sessions)| {
-                        let value = postcard::to_stdvec(&sessions).expect("sessions encode");
-                        (key.into_vec(), value)
-                    })
-                    .collect()
+                let mut out = crate::exec::operator::BinEntries::new();
+                for (key, sessions) in std::mem::take(&mut self.state[bin as usize]) {
+                    out.push_with(
+                        |b| b.extend_from_slice(&key),
+                        |b| {
+                            *b = postcard::to_extend(&sessions, std::mem::take(b))
+                                .expect("sessions encode")
+                        },
+                    );
+                }
+                out
             })
             .collect())
     }

@@ -65,6 +65,15 @@ struct StoredEntry {
     other: Vec<AccState>,
 }
 
+/// A [`StoredEntry`] written from the pane's own accumulators (serde
+/// writes a slice as it writes a `Vec`: the bytes are the same).
+#[derive(serde::Serialize)]
+struct StoredEntryRef<'a> {
+    fired: bool,
+    num: &'a [u64],
+    other: &'a [AccState],
+}
+
 /// One open window.
 struct Panes<K> {
     end: i64,
@@ -330,27 +339,34 @@ impl<K: GroupKey> Window<K> {
     /// The stored form of every key of `bins`, grouped by bin.
     fn collect(&self, bins: Vec<u32>) -> BinEntries {
         let mut out = BinEntries::new(self.dirty.bins(), bins.clone());
-        self.encode_bins(&bins, |bin, entry| {
-            out.slot(bin).expect("a bin asked for").push(entry);
+        self.encode_bins(&bins, |bin, key, value| {
+            out.slot(bin)
+                .expect("a bin asked for")
+                .push((key.to_vec(), value.to_vec()));
         });
         out
     }
 
-    /// Calls `put(bin, (key, value))` with the stored form of every key of
-    /// `bins`, in every open window.
-    fn encode_bins(&self, bins: &[u32], mut put: impl FnMut(u32, (Vec<u8>, Vec<u8>))) {
+    /// Calls `put(bin, key, value)` with the stored form of every key of
+    /// `bins`, in every open window (written into buffers reused from one
+    /// key to the next).
+    fn encode_bins(&self, bins: &[u32], mut put: impl FnMut(u32, &[u8], &[u8])) {
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        let (mut key, mut value) = (Vec::new(), Vec::new());
         for (&start, panes) in &self.windows {
             panes.pane.for_bins(bins, |bin, entry| {
-                let mut key = start.to_be_bytes().to_vec();
+                key.clear();
+                key.extend_from_slice(&start.to_be_bytes());
                 entry.key.encode(&self.plan.key, &mut key);
-                let stored = StoredEntry {
+                let stored = StoredEntryRef {
                     fired: panes.fired || panes.prefired.binary_search(&entry.index).is_ok(),
-                    num: panes.pane.num(entry, words).to_vec(),
-                    other: panes.pane.other(entry, o).to_vec(),
+                    num: panes.pane.num(entry, words),
+                    other: panes.pane.other(entry, o),
                 };
-                let value = postcard::to_stdvec(&stored).expect("window state encodes");
-                put(bin, (key, value));
+                value.clear();
+                value = postcard::to_extend(&stored, std::mem::take(&mut value))
+                    .expect("window state encodes");
+                put(bin, &key, &value);
             });
         }
     }
@@ -671,10 +687,10 @@ impl<K: GroupKey> Operator for Window<K> {
     fn install_bin(
         &mut self,
         bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: crate::exec::operator::BinEntries,
         ctx: &mut OpCtx<'_>,
     ) -> Result<(), String> {
-        self.install_running(bin, entries, ctx)
+        self.install_running(bin, &entries, ctx)
     }
 }
 
@@ -699,9 +715,9 @@ impl<K: GroupKey> Window<K> {
             slot_of[b as usize] = i as u32;
         }
         let mut out: Vec<crate::exec::operator::BinEntries> =
-            bins.iter().map(|_| Vec::new()).collect();
-        self.encode_bins(bins, |bin, entry| {
-            out[slot_of[bin as usize] as usize].push(entry);
+            bins.iter().map(|_| Default::default()).collect();
+        self.encode_bins(bins, |bin, key, value| {
+            out[slot_of[bin as usize] as usize].push(key, value);
         });
         self.remove_bins(bins);
         for (&b, entries) in bins.iter().zip(&out) {
@@ -721,7 +737,7 @@ impl<K: GroupKey> Window<K> {
     fn install_running(
         &mut self,
         bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: &crate::exec::operator::BinEntries,
         ctx: &mut OpCtx<'_>,
     ) -> Result<(), String> {
         if let Some(cache) = &mut self.cache {
@@ -737,11 +753,11 @@ impl<K: GroupKey> Window<K> {
         let mut keys = 0;
         let plan = self.plan.clone();
         let mut gone = self.output(ctx, 0);
-        for (key, value) in entries {
+        for (key, value) in entries.iter() {
             let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
             let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
             let end = start + self.size_ms;
-            let stored = self.decode(&value)?;
+            let stored = self.decode(value)?;
             if Self::expired(end, plan.allowed_lateness_ms, watermark) {
                 // Past this instance's lateness: emitted now if the
                 // exporter had not, then gone.
