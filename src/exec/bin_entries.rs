@@ -108,19 +108,19 @@ fn take<'a>(bytes: &mut &'a [u8], what: &str) -> Result<&'a [u8], String> {
     Ok(v)
 }
 
-/// Iterator over `(key, value)` of a [`BinEntries`]; also yields each
-/// entry's bytes in the buffer, for cutting it into chunks.
+/// Iterator over `(key, value)` of a [`BinEntries`]; also steps over
+/// whole entries by their size in the buffer, for cutting it into chunks.
 #[derive(Clone)]
 pub(crate) struct Iter<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Iter<'a> {
-    /// The next entry and how many bytes of the buffer it takes.
-    pub(crate) fn next_sized(&mut self) -> Option<((&'a [u8], &'a [u8]), usize)> {
+    /// Steps over the next entry; how many bytes of the buffer it takes.
+    pub(crate) fn skip_entry(&mut self) -> Option<usize> {
         let before = self.rest.len();
-        let entry = self.next()?;
-        Some((entry, before - self.rest.len()))
+        self.next()?;
+        Some(before - self.rest.len())
     }
 }
 
@@ -164,9 +164,12 @@ mod tests {
 
     #[test]
     fn append_takes_whole_entries_and_refuses_cut_ones_without_a_trace() {
-        let src: BinEntries = [(b"a".to_vec(), b"1".to_vec()), (b"bb".to_vec(), b"22".to_vec())]
-            .into_iter()
-            .collect();
+        let src: BinEntries = [
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"bb".to_vec(), b"22".to_vec()),
+        ]
+        .into_iter()
+        .collect();
         let mut dst = BinEntries::new();
         dst.append(src.as_bytes()).expect("whole entries");
         assert_eq!(dst, src);

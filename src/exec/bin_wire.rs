@@ -13,7 +13,7 @@ pub(crate) fn encode_chunks(entries: &BinEntries, limit: usize) -> Vec<Vec<u8>> 
     let mut chunks = Vec::new();
     let (mut start, mut end) = (0, 0);
     let mut it = entries.iter();
-    while let Some((_, n)) = it.next_sized() {
+    while let Some(n) = it.skip_entry() {
         if end > start && end - start + n > limit {
             chunks.push(bytes[start..end].to_vec());
             start = end;

@@ -45,8 +45,8 @@ pub(crate) trait Operator: Send {
 
     /// While running (a live migration): removes the whole state of each
     /// of `bins` (open windows, pending timers) and returns it, per bin
-    /// in the order asked, in the entry form [`Operator::restore`] and
-    /// [`Operator::install_bin`] take. One call for many bins, so that
+    /// in the order asked, as [`Operator::install_bin`] takes it (the
+    /// same entries [`Operator::restore`] takes as pairs). One call for many bins, so that
     /// operators whose state spans bins scan it once. Stateless operators
     /// keep the default.
     fn export_bins(&mut self, bins: &[u32]) -> Result<Vec<BinEntries>, String> {

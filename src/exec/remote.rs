@@ -658,7 +658,9 @@ impl Reader {
                 Some(Frame::Marker(Marker::Migration(epoch))) => Body::Marker(epoch),
                 Some(Frame::BinState(c)) => {
                     let (epoch, bin, index, mut entries) =
-                        state.take().unwrap_or((c.epoch, c.bin, 0, Default::default()));
+                        state
+                            .take()
+                            .unwrap_or((c.epoch, c.bin, 0, Default::default()));
                     if (epoch, bin, index) != (c.epoch, c.bin, c.index) {
                         return Err(format!(
                             "state chunk {} of bin {} (epoch {}) where chunk {index} of bin {bin} (epoch {epoch}) was due",
@@ -840,9 +842,8 @@ mod tests {
             Field::new("seq", DataType::Int),
             Field::new("pad", DataType::Str),
         ]));
-        let entries: super::super::bin_entries::BinEntries = (0..5000u32)
-            .map(|i| (i.to_le_bytes(), [7; 100]))
-            .collect();
+        let entries: super::super::bin_entries::BinEntries =
+            (0..5000u32).map(|i| (i.to_le_bytes(), [7; 100])).collect();
         let chunks = super::super::bin_wire::encode_chunks(&entries, 64 << 10);
         assert!(chunks.len() > 5);
         smol::block_on(async {

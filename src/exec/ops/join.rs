@@ -331,7 +331,10 @@ impl Operator for Join {
         &mut self,
         bins: &[u32],
     ) -> Result<Vec<crate::exec::operator::BinEntries>, String> {
-        let push = |out: &mut crate::exec::operator::BinEntries, prefix: &[u8], key: &[u8], sides: &Sides| {
+        let push = |out: &mut crate::exec::operator::BinEntries,
+                    prefix: &[u8],
+                    key: &[u8],
+                    sides: &Sides| {
             out.push_with(
                 |b| {
                     b.extend_from_slice(prefix);
