@@ -225,10 +225,6 @@ enabled = false
     eprintln!("3-node run took {:.1?}", started.elapsed());
     let all = logs();
     assert!(all.contains("bin assignment epoch 1"), "{all}");
-    assert!(
-        all.contains("checkpoints are off in a distributed run"),
-        "{all}"
-    );
 
     let union = |what: &str| -> Vec<String> {
         let mut rows = Vec::new();
@@ -250,10 +246,10 @@ enabled = false
     assert_eq!(got_pairs, want_pairs, "keyed join: 3 nodes vs 1");
 }
 
-/// `eddy validate` says that a distributed run has no checkpoints, and
-/// refuses an exactly-once sink there (it needs them).
+/// A distributed run takes checkpoints (`tests/distributed_checkpoint.rs`),
+/// so `eddy validate` takes an exactly-once sink there without a word.
 #[test]
-fn validate_warns_that_checkpoints_are_off() {
+fn validate_takes_checkpoints_and_exactly_once_in_a_distributed_run() {
     let s = Scratch::new();
     let mesh = |sink: &str| {
         format!(
@@ -274,20 +270,23 @@ path = "out.jsonl"
 "#
         )
     };
-    let ok = s.write("ok.toml", &mesh(""));
-    let out = eddy().arg("validate").arg(&ok).output().expect("validate");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains("expect_members") && err.contains("checkpoints are off in a distributed run"),
-        "{err}"
-    );
     let exact = s.write("exact.toml", &mesh("delivery = \"exactly_once\""));
     let out = eddy()
         .arg("validate")
         .arg(&exact)
         .output()
         .expect("validate");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("checkpoint"), "{err}");
+    let off = s.write(
+        "off.toml",
+        &format!(
+            "[checkpoint]\nenabled = false\n{}",
+            mesh("delivery = \"exactly_once\"")
+        ),
+    );
+    let out = eddy().arg("validate").arg(&off).output().expect("validate");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("exactly_once needs checkpoints"), "{err}");

@@ -26,7 +26,6 @@ pub(crate) fn read_mesh(
     d: &mut Diagnostics,
     mut t: TableReader<'_, '_>,
     file: &str,
-    checkpoints_on: bool,
 ) -> Option<MeshConfig> {
     let errors_before = d.errors.len();
     let base = Path::new(file).parent().unwrap_or(Path::new(""));
@@ -117,15 +116,6 @@ pub(crate) fn read_mesh(
     if let Some(n) = t.integer(d, "expect_members", 1, u16::MAX as i64) {
         spans.push(("expect_members", n.span.clone()));
         mesh.expect_members = Some(n.value as u32);
-        if n.value > 1 && checkpoints_on {
-            d.warning(
-                n.span.clone(),
-                &t.ctx("expect_members"),
-                "checkpoints are off in a distributed run: a checkpoint across nodes needs a \
-                 cluster-wide commit, which eddy does not have yet. A stopped or failed node \
-                 loses its open windows; the run starts over",
-            );
-        }
     }
     if let Some(ms) = t.duration_ms(d, "expect_timeout", false) {
         spans.push(("expect_timeout", ms.span.clone()));

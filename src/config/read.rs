@@ -69,17 +69,7 @@ pub(crate) fn read(file: &str, text: &str) -> (Config, Diagnostics) {
         st.finish(&mut d, "[state]");
     }
     if let Some(mesh) = top.table(&mut d, "mesh") {
-        let checkpoints_on = config.node.checkpoint_interval_ms.is_some();
-        config.node.mesh = read_mesh(&mut d, mesh.into_component("mesh"), file, checkpoints_on);
-        if config
-            .node
-            .mesh
-            .as_ref()
-            .is_some_and(|m| m.expect_members.is_some_and(|n| n > 1))
-        {
-            // Warned about in `read_mesh`.
-            config.node.checkpoint_interval_ms = None;
-        }
+        config.node.mesh = read_mesh(&mut d, mesh.into_component("mesh"), file);
     }
     if let Some(api) = top.table(&mut d, "api") {
         config.node.api = read_api(&mut d, api.into_component("api"));

@@ -227,6 +227,7 @@ mod tests {
         NodeSummary {
             workers: 4,
             pipeline: 9,
+            checkpoints: Vec::new(),
             cores: 4,
             rss_bytes: 1,
             bins_held,

@@ -49,7 +49,7 @@ pub(crate) struct OperatorSummary {
 
 /// What a node gossips about itself, every publish interval.
 ///
-/// The first two fields are `daemon::distribute::RunInfo` (postcard reads
+/// The first three fields are `daemon::distribute::RunInfo` (postcard reads
 /// a prefix and ignores the rest), so a node waiting for the members of a
 /// distributed run reads them from a summary as well; a test checks it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +58,8 @@ pub(crate) struct NodeSummary {
     pub(crate) workers: u16,
     /// The pipeline fingerprint (`daemon::distribute::fingerprint`).
     pub(crate) pipeline: u64,
+    /// Unused once running: there for `RunInfo`'s layout.
+    pub(crate) checkpoints: Vec<(u64, bool)>,
     /// Cores of the machine; workers may not exceed them.
     pub(crate) cores: u16,
     /// Resident memory of the process.
@@ -703,6 +705,7 @@ mod tests {
         NodeSummary {
             workers,
             pipeline: 7,
+            checkpoints: Vec::new(),
             cores: 4,
             rss_bytes: 50 << 20,
             bins_held,

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::control::assignment::{self, Slot};
 use crate::control::view::NodeSummary;
 use crate::exec::Cluster;
+use crate::exec::cluster_checkpoint::{
+    ClusterMeta, Marks, RestorePoint, owners_now, restore_point,
+};
 use crate::kernel::hash::hash_bytes;
 use crate::mesh::driver::MeshNode;
 use crate::mesh::membership::MemberState;
@@ -31,6 +34,9 @@ pub(crate) struct RunInfo {
     pub(crate) workers: u16,
     /// [`fingerprint`] of its pipeline.
     pub(crate) pipeline: u64,
+    /// The checkpoints its store holds (`exec::cluster_checkpoint`): the
+    /// run resumes from the newest one every member holds.
+    pub(crate) checkpoints: Marks,
 }
 
 /// A hash of what must be equal on every node of a distributed run: the
@@ -64,9 +70,11 @@ pub(crate) fn cluster(
     timeout: Duration,
 ) -> Result<Cluster, String> {
     let me = mesh.identity().clone();
+    let (marks, metas) = local_checkpoints(plan)?;
     let own = RunInfo {
         workers: plan.node.workers as u16,
         pipeline: fingerprint(plan),
+        checkpoints: marks,
     };
     mesh.set_payload(postcard::to_stdvec(&own).expect("encoding a small struct"));
     tracing::info!(
@@ -81,6 +89,7 @@ pub(crate) fn cluster(
             .filter(|m| m.state == MemberState::Alive)
             .collect();
         let mut slots = Vec::new();
+        let mut marks = Vec::new();
         let mut addrs = Vec::new();
         let mut waiting_for = Vec::new();
         // Members whose run has started (they publish a node summary, not
@@ -96,6 +105,13 @@ pub(crate) fn cluster(
             }
             let info = if m.id.name == me.name {
                 Some(own.clone())
+            } else if running.last().is_some_and(|(n, _)| *n == m.id.name) {
+                // Still in a run (one that is failing, say, after this
+                // node crashed): not ready for a new one, and its summary
+                // says nothing of its checkpoints. A restarted run waits
+                // for it to restart too.
+                waiting_for.push(m.id.name.clone());
+                continue;
             } else {
                 m.payload
                     .as_ref()
@@ -114,6 +130,7 @@ pub(crate) fn cluster(
                         name: m.id.name.clone(),
                         workers: i.workers,
                     });
+                    marks.push(i.checkpoints);
                     addrs.push((m.id.name.clone(), m.id.addr));
                 }
                 None => waiting_for.push(m.id.name.clone()),
@@ -149,7 +166,11 @@ pub(crate) fn cluster(
             ));
         }
         if slots.len() == expected as usize {
-            let a = assignment::even(plan.node.bins, &slots)?;
+            let mut a = assignment::even(plan.node.bins, &slots)?;
+            let restore = match plan.node.checkpoint_interval_ms {
+                None => None,
+                Some(_) => Some(resume(&mut a, &marks, &metas)?),
+            };
             let index = a
                 .node_of(&me.name)
                 .expect("this node is among the alive members");
@@ -178,6 +199,7 @@ pub(crate) fn cluster(
                 mesh: mesh.clone(),
                 left,
                 join: None,
+                restore,
             });
         }
         if Instant::now() >= deadline {
@@ -196,6 +218,59 @@ pub(crate) fn cluster(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The checkpoints this node's store holds, and the assignment of each.
+fn local_checkpoints(plan: &Plan) -> Result<(Marks, Vec<(u64, ClusterMeta)>), String> {
+    if plan.node.checkpoint_interval_ms.is_none() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let store =
+        crate::state::Store::open(&plan.node.data_dir, plan.node.cache_bytes).map_err(|e| e.0)?;
+    let marks = store.marks();
+    let metas = marks
+        .iter()
+        .filter_map(|&(id, _)| {
+            let meta = postcard::from_bytes(&store.cluster_meta(id)?).ok()?;
+            Some((id, meta))
+        })
+        .collect();
+    Ok((marks, metas))
+}
+
+/// Where the run resumes, from every member's checkpoints (`marks`, in the
+/// order of `slots`); a resumed run's bins go where the checkpoint had
+/// them, so `a` changes to that.
+fn resume(
+    a: &mut assignment::Assignment,
+    marks: &[Marks],
+    metas: &[(u64, ClusterMeta)],
+) -> Result<RestorePoint, String> {
+    let point = restore_point(marks);
+    let RestorePoint::Checkpoint(id) = point else {
+        if marks.iter().any(|m| !m.is_empty()) {
+            tracing::info!(
+                "no checkpoint to resume from that every member holds (a member's data dir is empty, or the run had completed); the run starts from the beginning on every member"
+            );
+        }
+        return Ok(point);
+    };
+    let meta = metas
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, m)| m)
+        .ok_or_else(|| {
+            format!(
+                "cluster checkpoint {id} has no bin assignment in this node's data dir (taken alone, not by a distributed run?); remove the data dirs to start over"
+            )
+        })?;
+    a.owner = owners_now(meta, a)
+        .map_err(|e| format!("cannot resume from cluster checkpoint {id}: {e}"))?;
+    tracing::info!(
+        "restoring cluster checkpoint {id} (assignment epoch {}, every member holds it)",
+        meta.epoch
+    );
+    Ok(point)
 }
 
 #[cfg(test)]

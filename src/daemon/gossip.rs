@@ -281,6 +281,7 @@ impl ClusterSource {
                 let summary = NodeSummary {
                     workers: workers as u16,
                     pipeline: g.pipeline,
+                    checkpoints: Vec::new(),
                     cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
                     rss_bytes: super::procfs::status_bytes("self", "VmRSS").unwrap_or(0),
                     bins_held,

@@ -206,6 +206,19 @@ pub(crate) fn reload(
 /// same data dir, partitioned the same way, and replays sources from it.
 fn refuse_unreloadable(old: &Plan, new: &Plan) -> Result<(), String> {
     let restart = "restart eddy to apply the new file; the running pipeline goes on unchanged";
+    // Its checkpoints are the whole run's: one member cannot go back to
+    // one and start again alone.
+    if old
+        .node
+        .mesh
+        .as_ref()
+        .is_some_and(|m| m.expect_members.is_some_and(|n| n > 1))
+    {
+        return Err(
+            "a member of a distributed run does not reload live (its checkpoints are taken by every member together); restart every member to apply the new file, and they resume from their last checkpoint; the running pipeline goes on unchanged"
+                .to_string(),
+        );
+    }
     if old.node.checkpoint_interval_ms.is_none() || new.node.checkpoint_interval_ms.is_none() {
         return Err(format!(
             "live reload keeps state through a checkpoint, and checkpoints are off; {restart}"

@@ -74,7 +74,8 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     };
     let plan = Arc::new(plan);
     let stop = Arc::new(AtomicBool::new(false));
-    // A distributed run has no checkpoints, so live reload refuses it.
+    // A distributed run's checkpoints are every member's: live reload
+    // refuses it.
     let running = match exec::start_with(plan.clone(), stop, HashMap::new(), cluster) {
         Ok(r) => r,
         Err(e) => {

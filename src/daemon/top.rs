@@ -247,6 +247,7 @@ mod tests {
         let summary = NodeSummary {
             workers: 2,
             pipeline: 1,
+            checkpoints: Vec::new(),
             cores: 4,
             rss_bytes: 30 << 20,
             bins_held: 128,

@@ -39,6 +39,8 @@ pub(crate) type CommitListener = Box<dyn Fn(u64) + Send + Sync>;
 
 /// A source's `(split, position)` pairs.
 type Positions = Vec<(u32, Vec<u8>)>;
+/// Every source node's positions in one checkpoint.
+type NodePositions = Vec<(usize, Positions)>;
 
 /// Told a source's positions in every committed checkpoint (an MQTT
 /// source acknowledges what they cover).
@@ -84,7 +86,21 @@ pub(crate) struct Checkpoints {
     workers: usize,
     bins: u32,
     requested: AtomicU64,
+    /// What workers wait for: `local_aligned`, held back in a distributed
+    /// run to `cluster_aligned` (see [`Checkpoints::into_cluster`]).
     aligned: AtomicU64,
+    /// The newest checkpoint every instance of this node has passed.
+    local_aligned: AtomicU64,
+    /// In a distributed run: the newest checkpoint every instance of every
+    /// member has passed, as the checkpoint leader announced it.
+    /// `u64::MAX` outside one.
+    cluster_aligned: AtomicU64,
+    /// In a distributed run: what committed checkpoints tell sinks and
+    /// sources, held until every member committed them.
+    held_announcements: Mutex<Option<BTreeMap<u64, NodePositions>>>,
+    /// In a distributed run: the assignment each checkpoint in flight is
+    /// taken at, stored with it.
+    cluster_meta: Mutex<BTreeMap<u64, Vec<u8>>>,
     collector: Mutex<Collector>,
     changed: Condvar,
     /// Exactly-once sink writers, told when a checkpoint is committed.
@@ -135,6 +151,10 @@ impl Checkpoints {
             bins,
             requested: AtomicU64::new(last_id),
             aligned: AtomicU64::new(last_id),
+            local_aligned: AtomicU64::new(last_id),
+            cluster_aligned: AtomicU64::new(u64::MAX),
+            held_announcements: Mutex::new(None),
+            cluster_meta: Mutex::new(BTreeMap::new()),
             collector: Mutex::new(Collector {
                 passed: vec![last_id; instances],
                 committed: last_id,
@@ -145,6 +165,112 @@ impl Checkpoints {
             source_commits: Mutex::new(BTreeMap::new()),
             requested_at: Mutex::new(None),
             stats: Mutex::new(CheckpointStats::default()),
+        }
+    }
+
+    /// Makes these the checkpoints of one member of a distributed run.
+    /// Every member injects the same barrier ids, on the checkpoint
+    /// leader's word (`exec::cluster_checkpoint`), and two things wait for
+    /// the other members:
+    /// - Sources produce again only once every instance of *every* member
+    ///   has passed the barrier ([`Checkpoints::open_gate`]): a record
+    ///   produced after it could otherwise reach another member's operator
+    ///   still waiting for barriers, and be counted in its snapshot.
+    /// - Sinks and sources hear of a commit only once every member has
+    ///   committed it ([`Checkpoints::announce`]): until then a restart may
+    ///   go back to the checkpoint before.
+    pub(crate) fn into_cluster(self) -> Checkpoints {
+        self.cluster_aligned.store(self.aligned(), SeqCst);
+        *self
+            .held_announcements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(BTreeMap::new());
+        self
+    }
+
+    /// The newest checkpoint every instance of this node has passed.
+    pub(crate) fn local_aligned(&self) -> u64 {
+        self.local_aligned.load(SeqCst)
+    }
+
+    /// Every member has passed barrier `id`: this node's sources go on.
+    pub(crate) fn open_gate(&self, id: u64) {
+        self.cluster_aligned.fetch_max(id, SeqCst);
+        self.publish_aligned();
+        self.changed.notify_all();
+    }
+
+    fn publish_aligned(&self) {
+        let open = self.local_aligned().min(self.cluster_aligned.load(SeqCst));
+        self.aligned.fetch_max(open, SeqCst);
+    }
+
+    /// Waits until `ready` or until `alive` turns false (then false).
+    pub(crate) fn wait_until(
+        &self,
+        ready: &dyn Fn(&Self) -> bool,
+        alive: &dyn Fn() -> bool,
+    ) -> bool {
+        let mut c = self.lock();
+        loop {
+            if ready(self) {
+                return true;
+            }
+            if !alive() {
+                return false;
+            }
+            c = self
+                .changed
+                .wait_timeout(c, Duration::from_millis(20))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Stores `meta` with checkpoint `id` when it commits.
+    pub(crate) fn hold_cluster_meta(&self, id: u64, meta: Vec<u8>) {
+        self.cluster_meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, meta);
+    }
+
+    /// Every member committed checkpoint `id`: tells the sinks and sources
+    /// what it and those before it hold.
+    pub(crate) fn announce(&self, id: u64) {
+        let due: Vec<(u64, NodePositions)> = {
+            let mut held = self
+                .held_announcements
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let Some(held) = held.as_mut() else {
+                return;
+            };
+            let later = held.split_off(&(id + 1));
+            std::mem::replace(held, later).into_iter().collect()
+        };
+        for (id, positions) in due {
+            self.tell(id, &positions);
+        }
+    }
+
+    fn tell(&self, id: u64, positions: &[(usize, Positions)]) {
+        for listener in self
+            .commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            listener(id);
+        }
+        let sources = self
+            .source_commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (n, all) in positions {
+            if let Some(listener) = sources.get(n) {
+                listener(all);
+            }
         }
     }
 
@@ -235,10 +361,8 @@ impl Checkpoints {
     fn update_aligned(&self, c: &Collector) {
         let min = c.passed.iter().copied().min().unwrap_or(FINAL);
         let requested = self.requested();
-        let aligned = min.min(requested);
-        if aligned > self.aligned.load(SeqCst) {
-            self.aligned.store(aligned, SeqCst);
-        }
+        self.local_aligned.fetch_max(min.min(requested), SeqCst);
+        self.publish_aligned();
     }
 
     /// Asks for checkpoint `id` (the next one); returns false if the
@@ -393,6 +517,16 @@ impl Checkpoints {
             .map(|(n, bin)| (self.nodes[n].id.clone(), bin))
             .collect();
         let commit_started = Instant::now();
+        let meta = self
+            .cluster_meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if let Some(meta) = meta {
+            self.store
+                .put_cluster_meta(id, &meta)
+                .map_err(|StoreError(e)| e)?;
+        }
         let (_, stats) = self
             .store
             .commit(record, writes, &emptied)
@@ -414,21 +548,23 @@ impl Checkpoints {
             s.last_bytes = stats.bytes;
             s.bytes_total += stats.bytes;
         }
-        for listener in self
-            .commits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
+        // The final checkpoint of a member whose run completed is told at
+        // once: every member's input has ended by then, and a restart after
+        // another member's crash goes back to a checkpoint all of them
+        // hold, which cuts this member's sinks back to it.
         {
-            listener(id);
-        }
-        let sources = self
-            .source_commits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for (n, all) in &positions {
-            if let Some(listener) = sources.get(n) {
-                listener(all);
+            let mut held = self
+                .held_announcements
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match held.as_mut() {
+                Some(held) if !completed => {
+                    held.insert(id, positions);
+                }
+                _ => {
+                    drop(held);
+                    self.tell(id, &positions);
+                }
             }
         }
         Ok(Some(Committed {
@@ -450,6 +586,62 @@ pub(crate) fn decode_positions(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A member of a distributed run: its sources wait for every member
+    /// to pass the barrier (not just its own instances), and its sinks hear
+    /// of a commit only once every member committed; a completed run's
+    /// final checkpoint is told at once.
+    #[test]
+    fn a_cluster_member_waits_for_the_others_before_going_on_and_telling() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let node = |id: &str, exact_sink: bool| NodeInfo {
+            id: id.into(),
+            stateful: false,
+            source: !exact_sink,
+            exact_sink,
+            signature: 0,
+        };
+        let cp = Checkpoints::new(
+            Arc::new(store),
+            vec![node("s", false), node("o", true)],
+            2,
+            16,
+            0,
+        )
+        .into_cluster();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let t = told.clone();
+        cp.register_sink(1, Box::new(move |id| t.lock().unwrap().push(id)));
+        let alive = || true;
+        assert!(cp.request(1));
+        for w in 0..2 {
+            cp.submit(0, w, 1, Snapshot::default());
+            cp.submit(1, w, 1, Snapshot::default());
+        }
+        cp.submit_piece(1, 1, b"lines".to_vec());
+        assert_eq!((cp.local_aligned(), cp.aligned()), (1, 0), "the gate holds");
+        assert!(!cp.request(2), "one checkpoint at a time");
+        cp.open_gate(1);
+        assert_eq!(cp.aligned(), 1);
+        cp.commit(1, false, &alive)
+            .unwrap()
+            .expect("committed here");
+        assert_eq!(cp.store().latest().map(|r| r.id), Some(1));
+        assert!(told.lock().unwrap().is_empty(), "not before every member");
+        cp.announce(1);
+        assert_eq!(*told.lock().unwrap(), vec![1]);
+        cp.announce(1);
+        assert_eq!(*told.lock().unwrap(), vec![1], "told once");
+        // The end of the run.
+        for w in 0..2 {
+            cp.submit_end(0, w, Snapshot::default());
+            cp.submit_end(1, w, Snapshot::default());
+        }
+        cp.submit_piece(1, FINAL, b"last".to_vec());
+        cp.commit(2, true, &alive).unwrap().expect("the final one");
+        assert_eq!(*told.lock().unwrap(), vec![1, 2]);
+    }
 
     /// Two exactly-once sinks; `a` ends early. Every checkpoint after that
     /// must still carry `a`'s final piece, or a restart from it would take

@@ -640,6 +640,7 @@ pub(crate) fn cluster(mesh: &Arc<MeshNode>, joining: Joining) -> Result<Cluster,
         mesh: mesh.clone(),
         left,
         join: Some(joining),
+        restore: None,
     })
 }
 

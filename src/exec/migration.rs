@@ -66,6 +66,9 @@ pub(crate) struct Control {
     pub(crate) mesh: std::sync::OnceLock<Link>,
     /// Answers of the other members to this node's `Begin`.
     pub(crate) acks: (flume::Sender<MigrateMsg>, flume::Receiver<MigrateMsg>),
+    /// Checkpoint messages from the other members, for this member's
+    /// checkpoint thread (`cluster_checkpoint`).
+    pub(crate) checkpoint_msgs: (flume::Sender<MigrateMsg>, flume::Receiver<MigrateMsg>),
     /// On a member that does not coordinate: the step in flight and the
     /// assignment after the steps switched so far (its coordinator takes
     /// it at `Finish`, so any member may coordinate the next migration).
@@ -207,6 +210,7 @@ pub(crate) fn setup(
         holder: Mutex::new(None),
         mesh: std::sync::OnceLock::new(),
         acks: flume::unbounded(),
+        checkpoint_msgs: flume::unbounded(),
         tracked: Mutex::new((None, current)),
     });
     (Some(control), sides)
@@ -240,8 +244,28 @@ impl Shared {
     /// Moves bins between this run's workers (every member's, in a
     /// distributed run) while it runs, from the current assignment to
     /// `target` (default: even), step by step as `strategy` says; returns
-    /// when every step is done. One at a time, cluster-wide.
+    /// when every step is done. One at a time, cluster-wide. A checkpoint
+    /// of a distributed run holds the lock for a moment: the migration
+    /// starts after it.
     pub(crate) fn rebalance(
+        &self,
+        target: Option<Vec<u32>>,
+        strategy: Strategy,
+    ) -> Result<Report, RebalanceError> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            match self.rebalance_once(target.clone(), strategy) {
+                Err(RebalanceError::Busy(m))
+                    if m.contains("a checkpoint is being taken") && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn rebalance_once(
         &self,
         target: Option<Vec<u32>>,
         strategy: Strategy,
@@ -820,8 +844,24 @@ impl Control {
     }
 
     /// Why a migration cannot start now.
+    /// A migration holds the lock (not a checkpoint of a distributed run,
+    /// which takes it to keep bins in place while its barriers travel).
+    pub(crate) fn moving_bins(&self) -> bool {
+        self.migrating.load(SeqCst)
+            && !lock(&self.holder)
+                .is_some_and(|(id, _)| id & super::cluster_checkpoint::LOCK_BIT != 0)
+    }
+
     pub(crate) fn busy_reason(&self) -> String {
         match *lock(&self.holder) {
+            Some((id, node)) if id & super::cluster_checkpoint::LOCK_BIT != 0 => {
+                match self.mesh.get() {
+                    Some(link) if node != link.me => {
+                        format!("a checkpoint is being taken (led by {})", link.name(node))
+                    }
+                    _ => "a checkpoint is being taken (led by this node)".to_string(),
+                }
+            }
             Some((_, node)) => match self.mesh.get() {
                 Some(link) if node != link.me => format!(
                     "a migration is already running (coordinated by {})",

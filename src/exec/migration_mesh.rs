@@ -108,6 +108,17 @@ impl Link {
         }
     }
 
+    /// Every member the run has had, in member order: name and global
+    /// workers.
+    pub(crate) fn member_slots(&self) -> Vec<(String, std::ops::Range<usize>)> {
+        let m = self.read();
+        m.names
+            .iter()
+            .cloned()
+            .zip(m.workers.iter().cloned())
+            .collect()
+    }
+
     /// Whether member `node` drained and left the run.
     pub(crate) fn has_left(&self, node: usize) -> bool {
         self.read().left.get(node).copied().unwrap_or(false)
@@ -455,6 +466,13 @@ impl Shared {
                     },
                 };
                 link.send(node as usize, answer);
+            }
+            msg @ (MigrateMsg::CheckpointRequest { .. }
+            | MigrateMsg::CheckpointAligned { .. }
+            | MigrateMsg::CheckpointGo { .. }
+            | MigrateMsg::CheckpointPrepared { .. }
+            | MigrateMsg::CheckpointCommitted { .. }) => {
+                let _ = control.checkpoint_msgs.0.send(msg);
             }
             MigrateMsg::Accept { .. }
             | MigrateMsg::Refuse { .. }

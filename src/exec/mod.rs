@@ -7,6 +7,7 @@ mod bin_entries;
 mod bin_wire;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
+pub(crate) mod cluster_checkpoint;
 mod committer;
 pub(crate) mod heartbeat;
 mod held;

@@ -51,6 +51,9 @@ pub(crate) struct Cluster {
     pub(crate) left: Vec<bool>,
     /// Set when this node joins a running run (`join.rs`).
     pub(crate) join: Option<super::join::Joining>,
+    /// With checkpoints: where this run starts from, the same on every
+    /// member (`cluster_checkpoint`).
+    pub(crate) restore: Option<super::cluster_checkpoint::RestorePoint>,
 }
 
 /// One keyed exchange as the remote half sees it.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::checkpoint::{Checkpoints, NodeInfo, decode_positions};
+use super::cluster_checkpoint::RestorePoint;
 use super::committer::spawn_committer;
 use super::live::{CacheBudget, LiveSettings};
 use super::metrics::{Latency, OpMetrics};
@@ -67,13 +68,13 @@ pub(crate) fn start_with(
             (a.total_workers(), a.first[c.me], a.owner.clone())
         }
     };
-    // A checkpoint of a distributed run would need every node to commit
-    // together; the config turns them off (and says so) for such runs.
-    let (checkpoints, restored) = if cluster.is_some() {
-        (None, None)
-    } else {
-        open_state(&plan)?
-    };
+    // Every member of a distributed run resumes from the same checkpoint
+    // (a newcomer joins with none).
+    let point = cluster.as_ref().map(|c| match (&c.join, c.restore) {
+        (None, Some(point)) => point,
+        _ => RestorePoint::Fresh,
+    });
+    let (checkpoints, restored) = open_state(&plan, point)?;
     let ingest = io::IngestControl::new(stop.clone());
     // Keyed nodes (those with exchange inputs) and the edge each one's
     // migrating bin state travels on: its first exchange input.
@@ -711,8 +712,12 @@ pub(crate) fn start_with(
     let committer_quit = Arc::new(AtomicBool::new(false));
     let committer = match (&shared.checkpoints, plan.node.checkpoint_interval_ms) {
         (Some(_), Some(_)) => Some(
-            spawn_committer(shared.clone(), committer_quit.clone())
-                .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
+            if point.is_some() {
+                super::cluster_checkpoint::spawn(shared.clone(), committer_quit.clone())
+            } else {
+                spawn_committer(shared.clone(), committer_quit.clone())
+            }
+            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?,
         ),
         _ => None,
     };
@@ -750,8 +755,9 @@ pub(crate) fn start_with(
 type OpenedState = (Option<Arc<Checkpoints>>, Option<Arc<CheckpointRecord>>);
 
 /// Opens the store and picks the checkpoint to resume from. A run that
-/// had completed is not resumed: the pipeline starts over.
-fn open_state(plan: &Plan) -> Result<OpenedState, String> {
+/// had completed is not resumed: the pipeline starts over. A member of a
+/// distributed run resumes from `cluster`, which every member holds.
+fn open_state(plan: &Plan, cluster: Option<RestorePoint>) -> Result<OpenedState, String> {
     if plan.node.checkpoint_interval_ms.is_none() {
         return Ok((None, None));
     }
@@ -759,7 +765,21 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
     let signatures: Vec<u64> = (0..plan.nodes.len())
         .map(|n| state_signature(plan, n))
         .collect();
-    let restored = store.restore_point().map_err(|e| e.0)?;
+    let restored = match cluster {
+        None => store.restore_point(),
+        Some(RestorePoint::Fresh) => store.reset().and_then(|()| store.restore_point()),
+        Some(RestorePoint::Checkpoint(id)) => store.restore_point_upto(id),
+    }
+    .map_err(|e| e.0)?;
+    if let Some(RestorePoint::Checkpoint(id)) = cluster
+        && restored.record.as_ref().map(|r| r.id) != Some(id)
+    {
+        return Err(format!(
+            "cluster checkpoint {id} in {} is damaged or gone ({}), and the other members resume from it; remove every member's data dir to start over",
+            store.dir().display(),
+            restored.warnings.join("; ")
+        ));
+    }
     for w in &restored.warnings {
         tracing::warn!("{w}");
     }
@@ -824,13 +844,16 @@ fn open_state(plan: &Plan) -> Result<OpenedState, String> {
             ),
         })
         .collect();
-    let checkpoints = Checkpoints::new(
+    let mut checkpoints = Checkpoints::new(
         Arc::new(store),
         nodes,
         plan.node.workers,
         plan.node.bins,
         last,
     );
+    if cluster.is_some() {
+        checkpoints = checkpoints.into_cluster();
+    }
     Ok((Some(Arc::new(checkpoints)), record.map(Arc::new)))
 }
 

@@ -194,7 +194,7 @@ impl Worker {
                     .shared
                     .migration
                     .as_ref()
-                    .is_some_and(|m| m.migrating.load(Relaxed));
+                    .is_some_and(|m| m.moving_bins());
                 if requested > self.injected && !migrating {
                     self.inject_barrier(requested);
                     progressed = true;

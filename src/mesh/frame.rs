@@ -200,6 +200,31 @@ pub enum MigrateMsg {
     JoinStarted {
         node: u16,
     },
+    /// A checkpoint of a distributed run (`exec::cluster_checkpoint`):
+    /// the leader, holding the cluster-wide lock, asks every member to
+    /// inject barrier `id`.
+    CheckpointRequest {
+        id: u64,
+    },
+    /// Member `node`: every instance of it passed barrier `id`.
+    CheckpointAligned {
+        id: u64,
+        node: u16,
+    },
+    /// The leader: every member passed barrier `id`; sources go on and
+    /// every member commits it.
+    CheckpointGo {
+        id: u64,
+    },
+    /// Member `node` committed checkpoint `id` to its store.
+    CheckpointPrepared {
+        id: u64,
+        node: u16,
+    },
+    /// The leader: every member committed checkpoint `id`.
+    CheckpointCommitted {
+        id: u64,
+    },
 }
 
 /// The run as a newcomer joins it (`MigrateMsg::Welcome`).

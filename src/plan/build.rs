@@ -269,7 +269,7 @@ impl NodeBuilder<'_> {
                     self.error(
                         span,
                         "delivery",
-                        "exactly_once needs checkpoints, which are off (`[checkpoint] enabled = false`, or a distributed run: `[mesh] expect_members` above 1)",
+                        "exactly_once needs checkpoints, which are off (`[checkpoint] enabled = false`)",
                     );
                     return None;
                 }

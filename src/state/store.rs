@@ -215,6 +215,57 @@ impl Store {
         })
     }
 
+    /// The newest good checkpoint not newer than `limit`, as
+    /// [`Store::restore_point`]; every newer record is dropped. A member
+    /// of a distributed run goes back to the newest checkpoint all members
+    /// hold, and a record past it must not be taken for a later one.
+    pub(crate) fn restore_point_upto(&self, limit: u64) -> Result<Restored, StoreError> {
+        for (id, _, _) in self.records() {
+            if id > limit {
+                self.checkpoints
+                    .remove(id.to_be_bytes())
+                    .map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
+            }
+        }
+        self.checkpoints
+            .flush()
+            .map_err(|e| self.err("cannot flush the checkpoint list", e))?;
+        self.restore_point()
+    }
+
+    /// `(id, completed)` of every checkpoint record that decodes, newest
+    /// first (what a member of a distributed run tells the others).
+    pub(crate) fn marks(&self) -> Vec<(u64, bool)> {
+        self.records()
+            .into_iter()
+            .filter_map(|(id, r, _)| r.ok().map(|r| (id, r.completed)))
+            .collect()
+    }
+
+    /// Keeps `bytes` with checkpoint `id` (a distributed run's bin
+    /// assignment). Call before committing `id`; dropped with its record.
+    pub(crate) fn put_cluster_meta(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.cluster_tree()?
+            .insert(id.to_be_bytes(), bytes)
+            .map_err(|e| self.err(format!("cannot write checkpoint {id}'s assignment"), e))?;
+        Ok(())
+    }
+
+    pub(crate) fn cluster_meta(&self, id: u64) -> Option<Vec<u8>> {
+        self.cluster_tree()
+            .ok()?
+            .get(id.to_be_bytes())
+            .ok()
+            .flatten()
+            .map(|v| v.to_vec())
+    }
+
+    fn cluster_tree(&self) -> Result<sled::Tree, StoreError> {
+        self.db
+            .open_tree("cluster")
+            .map_err(|e| self.err("cannot open the assignment list", e))
+    }
+
     /// Forgets every checkpoint and all state: the next run starts over.
     pub(crate) fn reset(&self) -> Result<(), StoreError> {
         for name in self.db.tree_names() {
@@ -227,6 +278,9 @@ impl Store {
         self.checkpoints
             .clear()
             .map_err(|e| self.err("cannot drop old checkpoints", e))?;
+        self.cluster_tree()?
+            .clear()
+            .map_err(|e| self.err("cannot drop old assignments", e))?;
         self.db.flush().map_err(|e| self.err("cannot flush", e))?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
@@ -610,6 +664,12 @@ impl Store {
                 self.checkpoints
                     .remove(id.to_be_bytes())
                     .map_err(|e| self.err(format!("cannot drop checkpoint {id}"), e))?;
+            }
+        }
+        let cluster = self.cluster_tree()?;
+        for key in cluster.iter().keys().flatten() {
+            if !self.checkpoints.contains_key(&key).unwrap_or(true) {
+                let _ = cluster.remove(key);
             }
         }
         // Held throughout: a spill claims its version before writing, so
