@@ -298,6 +298,16 @@ impl Run {
             );
         }
         eprintln!("the restarted run took {:?}", started.elapsed());
+        // From request to commit on every member, as the leader logged it.
+        let mut took = Vec::new();
+        for f in ["node-0-run1.log", LEADER_LOG] {
+            for line in self.s.read(f).lines().filter(|l| l.contains(COMMITTED)) {
+                if let Some(ms) = line.split(" ms=").nth(1).and_then(|r| r.split(' ').next()) {
+                    took.push(format!("{:.1}", ms.parse::<f64>().unwrap_or(f64::NAN)));
+                }
+            }
+        }
+        eprintln!("checkpoints took (ms): {}", took.join(" "));
         let logs = self.logs();
         let restored: Vec<Vec<u64>> = self
             .names
