@@ -92,30 +92,6 @@ fn restored_ids(log: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The first rows that differ, for the failure message.
-fn diff(got: &[String], want: &[String]) -> String {
-    use std::collections::BTreeMap;
-    let mut n: BTreeMap<&String, i64> = BTreeMap::new();
-    for g in got {
-        *n.entry(g).or_default() += 1;
-    }
-    for w in want {
-        *n.entry(w).or_default() -= 1;
-    }
-    let (more, less): (Vec<String>, Vec<String>) = n
-        .into_iter()
-        .filter(|(_, c)| *c != 0)
-        .map(|(r, c)| format!("{c:+} {r}"))
-        .partition(|l| l.starts_with('+'));
-    format!(
-        "{} rows too many, {} missing; first: {:#?} {:#?}",
-        more.len(),
-        less.len(),
-        &more[..more.len().min(6)],
-        &less[..less.len().min(6)]
-    )
-}
-
 /// Whether every row of `part` is in `whole`, as many times at least.
 fn is_sub_multiset(part: &[String], whole: &[String]) -> bool {
     use std::collections::BTreeMap;
@@ -186,6 +162,19 @@ impl Run {
             );
         }
         multiset(&rows)
+    }
+
+    /// The rows the sink files hold after the crash: only final windows
+    /// (rows one node over the whole input gives), none twice.
+    fn rows_at_crash(&self, want: &[String]) -> Vec<String> {
+        let rows = self.rows_so_far();
+        assert!(
+            is_sub_multiset(&rows, want),
+            "the sink files hold rows one node does not give: {}\n{}",
+            row_diff(&rows, want),
+            self.logs()
+        );
+        rows
     }
 
     /// Waits until the leader has logged `commits` cluster-wide commits and
@@ -339,7 +328,7 @@ impl Run {
         assert!(
             got == want,
             "3 members killed and restarted from a cluster checkpoint vs 1 node: {} ({} rows, want {})\n{logs}",
-            diff(&got, want),
+            row_diff(&got, want),
             got.len(),
             want.len()
         );
@@ -377,14 +366,7 @@ fn a_member_killed_mid_run_resumes_with_the_others_from_the_cluster_checkpoint()
     run.survivors_fail(VICTIM);
     // A commit may have been logged between the kill and the exit.
     let committed = run.newest_committed();
-    // What the files held at the crash are final windows, none twice.
-    let at_crash = run.rows_so_far();
-    assert!(
-        is_sub_multiset(&at_crash, &want),
-        "the sink files hold rows one node does not give: {}\n{}",
-        diff(&at_crash, &want),
-        run.logs()
-    );
+    let at_crash = run.rows_at_crash(&want);
     // The crash came before the end of the input.
     assert!(
         at_crash.len() < want.len(),
@@ -476,13 +458,7 @@ fn a_move_whose_source_dies_falls_back_to_the_checkpoint_assignment() {
         run.logs()
     );
     eprintln!("POST /rebalance answered {answer:?}");
-    let at_crash = run.rows_so_far();
-    assert!(
-        is_sub_multiset(&at_crash, &want),
-        "the sink files hold rows one node does not give: {}\n{}",
-        diff(&at_crash, &want),
-        run.logs()
-    );
+    run.rows_at_crash(&want);
     run.restart();
     let logs = run.finish(committed, &want);
     assert!(

@@ -113,30 +113,6 @@ impl Cluster {
     }
 }
 
-/// The first rows that differ, for the failure message.
-fn diff(got: &[String], want: &[String]) -> String {
-    use std::collections::BTreeMap;
-    let mut n: BTreeMap<&String, i64> = BTreeMap::new();
-    for g in got {
-        *n.entry(g).or_default() += 1;
-    }
-    for w in want {
-        *n.entry(w).or_default() -= 1;
-    }
-    let (more, less): (Vec<String>, Vec<String>) = n
-        .into_iter()
-        .filter(|(_, c)| *c != 0)
-        .map(|(r, c)| format!("{c:+} {r}"))
-        .partition(|l| l.starts_with('+'));
-    format!(
-        "{} rows too many, {} missing; first: {:#?} {:#?}",
-        more.len(),
-        less.len(),
-        &more[..more.len().min(6)],
-        &less[..less.len().min(6)]
-    )
-}
-
 /// One node, the whole input: what the three members must give together.
 fn reference(events: u64) -> Vec<String> {
     let s = Scratch::new();
@@ -208,7 +184,7 @@ fn bins_move_between_processes_while_they_run() {
     assert!(
         got == want,
         "3 members with migrations vs 1 node: {}",
-        diff(&got, &want)
+        row_diff(&got, &want)
     );
 }
 
@@ -243,7 +219,7 @@ fn a_concurrent_rebalance_is_refused_with_409() {
     assert!(
         got == want,
         "3 members with a migration vs 1 node: {}",
-        diff(&got, &want)
+        row_diff(&got, &want)
     );
 }
 
@@ -278,7 +254,7 @@ fn a_migration_between_members_outlives_their_input() {
     assert!(
         got == want,
         "3 members with a migration past their input vs 1 node: {}",
-        diff(&got, &want)
+        row_diff(&got, &want)
     );
 }
 
@@ -334,7 +310,7 @@ fn rebalance_in_one_process() {
     assert!(
         got == want,
         "1 process with a migration: {}",
-        diff(&got, &want)
+        row_diff(&got, &want)
     );
 }
 

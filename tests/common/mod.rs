@@ -313,3 +313,28 @@ pub fn http_with(port: u16, method: &str, path: &str, body: &str) -> Option<(u16
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_string()))
 }
+
+/// The rows of two multisets that differ (the first few of each side),
+/// for a failure message.
+pub fn row_diff(got: &[String], want: &[String]) -> String {
+    use std::collections::BTreeMap;
+    let mut n: BTreeMap<&String, i64> = BTreeMap::new();
+    for g in got {
+        *n.entry(g).or_default() += 1;
+    }
+    for w in want {
+        *n.entry(w).or_default() -= 1;
+    }
+    let (more, less): (Vec<String>, Vec<String>) = n
+        .into_iter()
+        .filter(|(_, c)| *c != 0)
+        .map(|(r, c)| format!("{c:+} {r}"))
+        .partition(|l| l.starts_with('+'));
+    format!(
+        "{} rows too many, {} missing; first: {:#?} {:#?}",
+        more.len(),
+        less.len(),
+        &more[..more.len().min(6)],
+        &less[..less.len().min(6)]
+    )
+}
