@@ -3,7 +3,9 @@
 //! one every member holds.
 //!
 //! The member first by name still in the run leads, on its checkpoint
-//! thread, every `[checkpoint] interval`:
+//! thread, every `[checkpoint] interval` and right after a migration
+//! completes (so a restart after a later crash finds the bins where they
+//! are now):
 //! 1. It takes the cluster-wide migration lock (`migration_mesh`), so no
 //!    bin is between members while barriers travel: the checkpoint records
 //!    one assignment, the same on every member. If a migration holds it,
@@ -51,6 +53,9 @@ use crate::mesh::frame::MigrateMsg;
 pub(crate) const LOCK_BIT: u64 = 1 << 63;
 /// How often the thread looks at its quit flag while waiting.
 const TICK: Duration = Duration::from_millis(20);
+/// How soon a checkpoint after a migration is tried again when the lock
+/// was refused.
+const RETRY: Duration = Duration::from_millis(100);
 
 /// The assignment a checkpoint of a distributed run was taken at.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,15 +153,28 @@ pub(crate) fn spawn(shared: Arc<Shared>, quit: Arc<AtomicBool>) -> std::io::Resu
                 !quit.load(Relaxed) && !shared.failed.load(Relaxed) && !shared.halted.load(Relaxed)
             };
             let mut last = Instant::now();
+            let mut moved_retry = last;
             while alive() {
                 let Some(link) = control.mesh.get() else {
                     std::thread::sleep(TICK);
                     continue;
                 };
                 let interval = Duration::from_millis(shared.live.checkpoint_interval_ms());
-                let result = if leader(link) == link.me && last.elapsed() >= interval {
+                let moved = control.moved.load(SeqCst) && Instant::now() >= moved_retry;
+                let result = if leader(link) == link.me && (last.elapsed() >= interval || moved) {
                     last = Instant::now();
-                    lead(&shared, &control, link, &cp, &alive)
+                    match lead(&shared, &control, link, &cp, &alive) {
+                        Ok(true) => {
+                            control.moved.store(false, SeqCst);
+                            Ok(())
+                        }
+                        // A drained member still leaving refuses the lock.
+                        Ok(false) => {
+                            moved_retry = Instant::now() + RETRY;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
                 } else {
                     match control.checkpoint_msgs.1.recv_timeout(TICK) {
                         Ok(MigrateMsg::CheckpointRequest { id }) => {
@@ -209,14 +227,14 @@ fn release(control: &Control, link: &Link, lock_id: u64) {
     link.broadcast(MigrateMsg::Abort { id: lock_id });
 }
 
-/// One checkpoint, led by this member.
+/// One checkpoint, led by this member: whether every member committed it.
 fn lead(
     shared: &Shared,
     control: &Control,
     link: &Link,
     cp: &Checkpoints,
     alive: &dyn Fn() -> bool,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let id = cp.requested() + 1;
     let lock_id = LOCK_BIT | id;
     if control
@@ -225,12 +243,12 @@ fn lead(
         .is_err()
     {
         tracing::debug!("checkpoint {id} waits: {}", control.busy_reason());
-        return Ok(());
+        return Ok(false);
     }
     // Near the end of the input the final checkpoints take over.
     if shared.finishing.load(SeqCst) > 0 || shared.stop.load(Relaxed) {
         control.migrating.store(false, SeqCst);
-        return Ok(());
+        return Ok(false);
     }
     *lock(&control.holder) = Some((lock_id, link.me));
     let epoch = lock(&control.coordinator).assignment().epoch;
@@ -239,7 +257,7 @@ fn lead(
         *holder = None;
         control.migrating.store(false, SeqCst);
         tracing::debug!("checkpoint {id} waits: {e}");
-        return Ok(());
+        return Ok(false);
     }
     let others = link.others();
     let started = Instant::now();
@@ -256,7 +274,7 @@ fn lead(
     ) && cp.wait_until(&|cp| cp.local_aligned() >= id, alive);
     if !aligned {
         release(control, link, lock_id);
-        return Ok(());
+        return Ok(false);
     }
     tracing::debug!(checkpoint = id, "every member aligned");
     link.broadcast(MigrateMsg::CheckpointGo { id });
@@ -264,7 +282,7 @@ fn lead(
     shared.wake_workers();
     release(control, link, lock_id);
     if cp.commit(id, false, alive)?.is_none() {
-        return Ok(());
+        return Ok(false);
     }
     let prepared = gather(
         control,
@@ -284,7 +302,7 @@ fn lead(
             "checkpoint {id} committed on all members"
         );
     }
-    Ok(())
+    Ok(prepared)
 }
 
 /// Injects barrier `id` on this member, its assignment recorded with it.

@@ -60,6 +60,10 @@ pub(crate) struct Control {
     /// no checkpoint barrier is injected, no worker returns, no other
     /// migration starts. This node's part of the cluster-wide lock.
     pub(crate) migrating: AtomicBool,
+    /// A migration completed its steps since the checkpoint leader last
+    /// looked: in a distributed run it takes a checkpoint at once, so a
+    /// restart after a later crash finds the bins where they are now.
+    pub(crate) moved: AtomicBool,
     /// Who holds `migrating`: (request id, coordinating member).
     pub(crate) holder: Mutex<Option<(u64, usize)>>,
     /// The other members, in a distributed run.
@@ -207,6 +211,7 @@ pub(crate) fn setup(
         )),
         origin: Instant::now(),
         migrating: AtomicBool::new(false),
+        moved: AtomicBool::new(false),
         holder: Mutex::new(None),
         mesh: std::sync::OnceLock::new(),
         acks: flume::unbounded(),
@@ -347,6 +352,9 @@ impl Shared {
             r.map_err(RebalanceError::Failed)
         })();
         *lock(&control.holder) = None;
+        if result.is_ok() {
+            control.moved.store(true, SeqCst);
+        }
         control.migrating.store(false, SeqCst);
         result
     }
@@ -465,13 +473,16 @@ impl Shared {
 impl Worker {
     /// Every instance of this worker ended: whether it may return. Not
     /// while a migration runs: the others wait for its markers (and it
-    /// may still be a bin's old or new owner).
+    /// may still be a bin's old or new owner). A checkpoint of a
+    /// distributed run holding the lock is no reason to stay: an instance
+    /// that ended has passed every barrier, and the checkpoint may well be
+    /// waiting for it to end.
     pub(crate) fn may_finish(&self) -> bool {
         let Some(control) = &self.shared.migration else {
             return true;
         };
         self.shared.finishing.fetch_add(1, SeqCst);
-        if control.migrating.load(SeqCst) {
+        if control.moving_bins() {
             self.shared.finishing.fetch_sub(1, SeqCst);
             return false;
         }

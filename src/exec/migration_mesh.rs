@@ -562,6 +562,7 @@ impl Shared {
                     }
                     lock(&control.coordinator).reset(tracked);
                     *holder = None;
+                    control.moved.store(true, SeqCst);
                     control.migrating.store(false, SeqCst);
                 }
             }
