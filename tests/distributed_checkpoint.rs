@@ -6,8 +6,9 @@
 //! member. The checkpoint leader (node-0, the first by name) logs
 //! `checkpoint N committed on all members` after each cluster-wide commit.
 //!
-//! node-1 is SIGKILLed mid-run (in the second test, while bins leave it in
-//! a slow fluid move); the others fail the run and exit non-zero. All three
+//! node-1 is SIGKILLed mid-run (in the other tests, the source or the
+//! destination of a slow fluid move while it runs); the others fail the
+//! run and exit non-zero. All three
 //! are then started again with the same configs, data dirs and sink files:
 //! they agree on the newest checkpoint every member has (`restoring cluster
 //! checkpoint N`), replay the input from it and finish. The union of the
@@ -378,16 +379,27 @@ fn a_member_killed_mid_run_resumes_with_the_others_from_the_cluster_checkpoint()
     run.finish(committed, &want);
 }
 
+/// node-1, the source of a move, dies mid-move: see [`a_move_cut_short`].
+#[test]
+fn a_move_whose_source_dies_falls_back_to_the_checkpoint_assignment() {
+    a_move_cut_short(1);
+}
+
+/// node-2, the destination of a move, dies mid-move.
+#[test]
+fn a_move_whose_destination_dies_falls_back_to_the_checkpoint_assignment() {
+    a_move_cut_short(2);
+}
+
 /// First a quick move gives node-0's first worker's bins to node-1, and a
 /// checkpoint records that assignment. Then node-0 coordinates a
 /// fluid move (300 ms between steps) of every bin of node-1 to node-2;
-/// node-1, the source, is SIGKILLed while the move is under way. The run
-/// fails; restarted, the members go back to the assignment of the
-/// checkpoint they restore (the one after the quick move: with the even
-/// one, node-1 would restore its stale copy of the bins it took), and the
-/// output is exactly one node's.
-#[test]
-fn a_move_whose_source_dies_falls_back_to_the_checkpoint_assignment() {
+/// `victim` (node-1, the source, or node-2, the destination) is SIGKILLed
+/// while the move is under way. The run fails; restarted, the members go
+/// back to the assignment of the checkpoint they restore (the one after
+/// the quick move: with the even one, node-1 would restore its stale copy
+/// of the bins it took), and the output is exactly one node's.
+fn a_move_cut_short(victim: usize) {
     let want = reference();
     let mut run = Run::start(
         "[migration]\nstrategy = \"fluid\"\ngap = \"300ms\"\n",
@@ -438,7 +450,7 @@ fn a_move_whose_source_dies_falls_back_to_the_checkpoint_assignment() {
             let log = run.s.read("node-0.log");
             assert!(
                 log.matches("migration done").count() == done_before && !request.is_finished(),
-                "the move ended before node-1 was killed\n{}",
+                "the move ended before node-{victim} was killed\n{}",
                 run.logs()
             );
             let steps = log.matches("migration step done").count() - steps_before;
@@ -446,15 +458,15 @@ fn a_move_whose_source_dies_falls_back_to_the_checkpoint_assignment() {
         },
         || run.logs(),
     );
-    run.kill(VICTIM);
-    eprintln!("node-{VICTIM} killed after {steps} of {moving} steps of the move");
+    run.kill(victim);
+    eprintln!("node-{victim} killed after {steps} of {moving} steps of the move");
     assert!(steps < moving, "{steps} steps of {moving}");
-    run.survivors_fail(VICTIM);
+    run.survivors_fail(victim);
     let committed = run.newest_committed();
     let answer = request.join().expect("the rebalance request");
     assert!(
         !matches!(answer, Some((200, _))),
-        "the move whose source was killed completed: {answer:?}\n{}",
+        "the move whose node-{victim} was killed completed: {answer:?}\n{}",
         run.logs()
     );
     eprintln!("POST /rebalance answered {answer:?}");
