@@ -228,6 +228,7 @@ mod tests {
             workers: 4,
             pipeline: 9,
             checkpoints: Vec::new(),
+            run: 0,
             cores: 4,
             rss_bytes: 1,
             bins_held,

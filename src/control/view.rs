@@ -58,8 +58,13 @@ pub(crate) struct NodeSummary {
     pub(crate) workers: u16,
     /// The pipeline fingerprint (`daemon::distribute::fingerprint`).
     pub(crate) pipeline: u64,
-    /// Unused once running: there for `RunInfo`'s layout.
+    /// `RunInfo`'s checkpoints: what this member had when its run began.
     pub(crate) checkpoints: Vec<(u64, bool)>,
+    /// Which run it is in (`daemon::distribute::run_id`): a node starting
+    /// up takes a member of the run it is about to form for one of its
+    /// own, and waits for one still in another (say, a run failing after
+    /// that node crashed).
+    pub(crate) run: u64,
     /// Cores of the machine; workers may not exceed them.
     pub(crate) cores: u16,
     /// Resident memory of the process.
@@ -706,6 +711,7 @@ mod tests {
             workers,
             pipeline: 7,
             checkpoints: Vec::new(),
+            run: 0,
             cores: 4,
             rss_bytes: 50 << 20,
             bins_held,

@@ -95,23 +95,35 @@ pub(crate) fn cluster(
         // Members whose run has started (they publish a node summary, not
         // just their run info): a newcomer joins their run.
         let mut running = Vec::new();
+        // The run these members would form now. One of them may have
+        // started it already (it saw everyone first): it counts. A member
+        // in another run (one failing after this node crashed, say) does
+        // not: this node waits for it.
+        let candidate = run_id(alive.iter().map(|m| (m.id.name.as_str(), m.id.incarnation)));
+        let mut elsewhere = 0;
         for m in &alive {
-            if m.id.name != me.name
-                && let Some((_, bytes)) = &m.payload
-                && let Ok(summary) = postcard::from_bytes::<NodeSummary>(bytes)
-                && summary.pipeline == own.pipeline
-            {
+            let summary = m
+                .payload
+                .as_ref()
+                .filter(|_| m.id.name != me.name)
+                .and_then(|(_, bytes)| postcard::from_bytes::<NodeSummary>(bytes).ok())
+                .filter(|s| s.pipeline == own.pipeline);
+            if summary.is_some() {
                 running.push((m.id.name.clone(), m.id.addr));
             }
             let info = if m.id.name == me.name {
                 Some(own.clone())
-            } else if running.last().is_some_and(|(n, _)| *n == m.id.name) {
-                // Still in a run (one that is failing, say, after this
-                // node crashed): not ready for a new one, and its summary
-                // says nothing of its checkpoints. A restarted run waits
-                // for it to restart too.
-                waiting_for.push(m.id.name.clone());
-                continue;
+            } else if let Some(s) = summary {
+                if s.run != candidate {
+                    elsewhere += 1;
+                    waiting_for.push(m.id.name.clone());
+                    continue;
+                }
+                Some(RunInfo {
+                    workers: s.workers,
+                    pipeline: s.pipeline,
+                    checkpoints: s.checkpoints,
+                })
             } else {
                 m.payload
                     .as_ref()
@@ -165,7 +177,7 @@ pub(crate) fn cluster(
                 names.join(", ")
             ));
         }
-        if slots.len() == expected as usize {
+        if slots.len() == expected as usize && elsewhere == 0 {
             let mut a = assignment::even(plan.node.bins, &slots)?;
             let restore = match plan.node.checkpoint_interval_ms {
                 None => None,
@@ -200,6 +212,7 @@ pub(crate) fn cluster(
                 left,
                 join: None,
                 restore,
+                run: (candidate, own.checkpoints.clone()),
             });
         }
         if Instant::now() >= deadline {
@@ -218,6 +231,15 @@ pub(crate) fn cluster(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// A run's id: its members as they were when it began (a member that
+/// restarts comes back with another incarnation, so a run it was in
+/// before is not the one it forms now).
+fn run_id<'a>(members: impl Iterator<Item = (&'a str, u64)>) -> u64 {
+    let mut ids: Vec<String> = members.map(|(n, i)| format!("{n}@{i}")).collect();
+    crate::cold_sort::sort(&mut ids);
+    hash_bytes(ids.join("\n").as_bytes())
 }
 
 /// The checkpoints this node's store holds, and the assignment of each.
@@ -276,6 +298,15 @@ fn resume(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_is_its_members_as_they_were_when_it_began() {
+        let a = run_id([("b", 7), ("a", 3)].into_iter());
+        assert_eq!(a, run_id([("a", 3), ("b", 7)].into_iter()), "any order");
+        // b crashed and came back: a run it forms now is another one.
+        assert_ne!(a, run_id([("a", 3), ("b", 8)].into_iter()));
+        assert_ne!(a, run_id([("a", 3), ("b", 7), ("c", 1)].into_iter()));
+    }
 
     #[test]
     fn fingerprint_sees_exchanges_not_sinks() {

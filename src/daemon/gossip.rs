@@ -278,10 +278,12 @@ impl ClusterSource {
                         .collect();
                     offer_forecast(&mut operators, &source, peak);
                 }
+                let (run, checkpoints) = r.shared().run_stamp.get().cloned().unwrap_or_default();
                 let summary = NodeSummary {
                     workers: workers as u16,
                     pipeline: g.pipeline,
-                    checkpoints: Vec::new(),
+                    checkpoints,
+                    run,
                     cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
                     rss_bytes: super::procfs::status_bytes("self", "VmRSS").unwrap_or(0),
                     bins_held,

@@ -248,6 +248,7 @@ mod tests {
             workers: 2,
             pipeline: 1,
             checkpoints: Vec::new(),
+            run: 0,
             cores: 4,
             rss_bytes: 30 << 20,
             bins_held: 128,

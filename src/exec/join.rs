@@ -641,6 +641,7 @@ pub(crate) fn cluster(mesh: &Arc<MeshNode>, joining: Joining) -> Result<Cluster,
         left,
         join: Some(joining),
         restore: None,
+        run: (0, Vec::new()),
     })
 }
 

@@ -54,6 +54,9 @@ pub(crate) struct Cluster {
     /// With checkpoints: where this run starts from, the same on every
     /// member (`cluster_checkpoint`).
     pub(crate) restore: Option<super::cluster_checkpoint::RestorePoint>,
+    /// The run's id and this member's checkpoints when it began (what its
+    /// gossip says once it runs).
+    pub(crate) run: (u64, super::cluster_checkpoint::Marks),
 }
 
 /// One keyed exchange as the remote half sees it.
