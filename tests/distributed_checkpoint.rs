@@ -224,12 +224,29 @@ impl Run {
             if let Some(status) = child.try_wait().expect("wait") {
                 break status;
             }
-            assert!(
-                started.elapsed() < limit,
-                "{} did not exit within {limit:?}\n{}",
-                self.names[i],
-                self.logs()
-            );
+            if started.elapsed() >= limit {
+                // Every running member's threads, to see what it waits for.
+                let stacks: String = self
+                    .nodes
+                    .iter()
+                    .zip(&self.names)
+                    .filter_map(|(n, name)| Some((n.0.as_ref()?.id(), name)))
+                    .map(|(pid, name)| {
+                        let bt = std::process::Command::new("gdb")
+                            .args(["-batch", "-p", &pid.to_string()])
+                            .args(["-ex", "thread apply all bt"])
+                            .output()
+                            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                            .unwrap_or_else(|e| format!("(no gdb: {e})"));
+                        format!("=== threads of {name}:\n{bt}")
+                    })
+                    .collect();
+                panic!(
+                    "{} did not exit within {limit:?}\n{}\n{stacks}",
+                    self.names[i],
+                    self.logs()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         };
         self.nodes[i].0 = None;
