@@ -313,12 +313,14 @@ fn begin(shared: &Shared, control: &Control, cp: &Checkpoints, id: u64) -> Resul
             cp.requested()
         ));
     }
-    let owners = lock(&control.coordinator).assignment().owners.clone();
-    let members = link_members(control);
-    let meta = ClusterMeta {
-        epoch: lock(&control.coordinator).assignment().epoch,
-        members,
-        owner: owners.iter().map(|&w| w as u16).collect(),
+    let meta = {
+        let coordinator = lock(&control.coordinator);
+        let a = coordinator.assignment();
+        ClusterMeta {
+            epoch: a.epoch,
+            members: link_members(control),
+            owner: a.owners.iter().map(|&w| w as u16).collect(),
+        }
     };
     cp.hold_cluster_meta(
         id,
