@@ -373,6 +373,14 @@ impl Checkpoints {
         }
         self.requested.store(id, SeqCst);
         *self.requested_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        // Every instance may have passed `id` already: in a distributed
+        // run another member's barriers can arrive (on the data streams)
+        // before the leader's request (on the control stream), and an
+        // instance whose local sources ended passes on them alone. No
+        // later submit would then come to count it.
+        let c = self.lock();
+        self.update_aligned(&c);
+        self.changed.notify_all();
         true
     }
 
@@ -641,6 +649,39 @@ mod tests {
         cp.submit_piece(1, FINAL, b"last".to_vec());
         cp.commit(2, true, &alive).unwrap().expect("the final one");
         assert_eq!(*told.lock().unwrap(), vec![1, 2]);
+    }
+
+    /// Here the local sources had ended, and the operators passed barrier
+    /// 1 on another member's barriers before this member's request for it
+    /// arrived: the request itself finds the node aligned (it used to wait
+    /// for a submit that never came, and the run hung at its end).
+    #[test]
+    fn instances_that_passed_a_barrier_before_its_request_count_as_aligned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let node = |id: &str, source: bool| NodeInfo {
+            id: id.into(),
+            stateful: !source,
+            source,
+            exact_sink: false,
+            signature: 0,
+        };
+        let cp = Checkpoints::new(
+            Arc::new(store),
+            vec![node("s", true), node("o", false)],
+            2,
+            16,
+            0,
+        )
+        .into_cluster();
+        for w in 0..2 {
+            cp.submit_end(0, w, Snapshot::default());
+            cp.submit(1, w, 1, Snapshot::default());
+        }
+        assert_eq!(cp.local_aligned(), 0, "not asked for yet");
+        assert!(cp.request(1));
+        assert_eq!(cp.local_aligned(), 1);
+        assert!(cp.wait_until(&|cp| cp.local_aligned() >= 1, &|| false));
     }
 
     /// Two exactly-once sinks; `a` ends early. Every checkpoint after that

@@ -56,6 +56,13 @@ const TICK: Duration = Duration::from_millis(20);
 /// How soon a checkpoint after a migration is tried again when the lock
 /// was refused.
 const RETRY: Duration = Duration::from_millis(100);
+/// How long the leader waits for every member to pass a barrier before it
+/// says who it waits for, and before it gives up: sources everywhere wait
+/// meanwhile, so a member that never answers would stall the whole run.
+/// Past the limit the run fails, naming that member, and a restart
+/// resumes from the checkpoint before.
+const ALIGN_SLOW: Duration = Duration::from_secs(10);
+const ALIGN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The assignment a checkpoint of a distributed run was taken at.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,16 +204,29 @@ fn leader(link: &Link) -> usize {
     (0..link.len()).find(|&n| !link.has_left(n)).unwrap_or(0)
 }
 
-/// Waits for `want` from every member in `from`; false if `alive` turned.
+/// What [`gather`] got.
+enum Gathered {
+    All,
+    /// `alive` turned false.
+    Quit,
+    /// These members did not answer by the deadline.
+    Missing(Vec<usize>),
+}
+
+/// Waits for `want` from every member in `from`.
 fn gather(
     control: &Control,
     mut from: Vec<usize>,
-    want: impl Fn(&MigrateMsg) -> Option<usize>,
+    want: &dyn Fn(&MigrateMsg) -> Option<usize>,
     alive: &dyn Fn() -> bool,
-) -> bool {
+    deadline: Option<Instant>,
+) -> Gathered {
     while !from.is_empty() {
         if !alive() {
-            return false;
+            return Gathered::Quit;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Gathered::Missing(from);
         }
         if let Ok(msg) = control.checkpoint_msgs.1.recv_timeout(TICK)
             && let Some(node) = want(&msg)
@@ -214,7 +234,58 @@ fn gather(
             from.retain(|&n| n != node);
         }
     }
-    true
+    Gathered::All
+}
+
+/// Waits until every member (this one included) has passed barrier `id`:
+/// false if `alive` turned; an error past [`ALIGN_TIMEOUT`].
+fn gather_aligned(
+    control: &Control,
+    link: &Link,
+    cp: &Checkpoints,
+    id: u64,
+    alive: &dyn Fn() -> bool,
+) -> Result<bool, String> {
+    let started = Instant::now();
+    let want = |m: &MigrateMsg| match *m {
+        MigrateMsg::CheckpointAligned { id: i, node } if i == id => Some(node as usize),
+        _ => None,
+    };
+    let mut from = link.others();
+    let mut here = false;
+    loop {
+        let deadline = Instant::now() + ALIGN_SLOW;
+        match gather(control, from, &want, alive, Some(deadline)) {
+            Gathered::All => from = Vec::new(),
+            Gathered::Quit => return Ok(false),
+            Gathered::Missing(m) => from = m,
+        }
+        here = here || {
+            let until = || alive() && Instant::now() < deadline;
+            cp.wait_until(&|cp| cp.local_aligned() >= id, &until)
+        };
+        if !alive() {
+            return Ok(false);
+        }
+        if from.is_empty() && here {
+            return Ok(true);
+        }
+        let mut names: Vec<String> = from.iter().map(|&n| link.name(n)).collect();
+        if !here {
+            names.insert(0, link.name(link.me));
+        }
+        let names = names.join(", ");
+        if started.elapsed() >= ALIGN_TIMEOUT {
+            return Err(format!(
+                "checkpoint {id}: {names} did not pass its barrier within {ALIGN_TIMEOUT:?}, and every member's sources wait for that; the run stops, and a restart resumes from checkpoint {}",
+                id - 1
+            ));
+        }
+        tracing::warn!(
+            "checkpoint {id}: waiting {:.0?} so far for {names} to pass its barrier",
+            started.elapsed()
+        );
+    }
 }
 
 fn release(control: &Control, link: &Link, lock_id: u64) {
@@ -263,18 +334,10 @@ fn lead(
     let started = Instant::now();
     link.broadcast(MigrateMsg::CheckpointRequest { id });
     begin(shared, control, cp, id)?;
-    let aligned = gather(
-        control,
-        others.clone(),
-        |m| match *m {
-            MigrateMsg::CheckpointAligned { id: i, node } if i == id => Some(node as usize),
-            _ => None,
-        },
-        alive,
-    ) && cp.wait_until(&|cp| cp.local_aligned() >= id, alive);
-    if !aligned {
+    let aligned = gather_aligned(control, link, cp, id, alive);
+    if !matches!(aligned, Ok(true)) {
         release(control, link, lock_id);
-        return Ok(false);
+        return aligned;
     }
     tracing::debug!(checkpoint = id, "every member aligned");
     link.broadcast(MigrateMsg::CheckpointGo { id });
@@ -287,12 +350,14 @@ fn lead(
     let prepared = gather(
         control,
         others,
-        |m| match *m {
+        &|m| match *m {
             MigrateMsg::CheckpointPrepared { id: i, node } if i == id => Some(node as usize),
             _ => None,
         },
         alive,
+        None,
     );
+    let prepared = matches!(prepared, Gathered::All);
     if prepared {
         link.broadcast(MigrateMsg::CheckpointCommitted { id });
         cp.announce(id);
@@ -363,7 +428,16 @@ fn follow(
         },
     );
     let go = |m: &MigrateMsg| matches!(*m, MigrateMsg::CheckpointGo { id: i } if i == id);
-    if !gather(control, vec![leader], |m| go(m).then_some(leader), alive) {
+    if !matches!(
+        gather(
+            control,
+            vec![leader],
+            &|m| go(m).then_some(leader),
+            alive,
+            None
+        ),
+        Gathered::All
+    ) {
         return Ok(());
     }
     cp.open_gate(id);
@@ -382,11 +456,15 @@ fn follow(
     );
     let committed =
         |m: &MigrateMsg| matches!(*m, MigrateMsg::CheckpointCommitted { id: i } if i == id);
-    if gather(
-        control,
-        vec![leader],
-        |m| committed(m).then_some(leader),
-        alive,
+    if matches!(
+        gather(
+            control,
+            vec![leader],
+            &|m| committed(m).then_some(leader),
+            alive,
+            None,
+        ),
+        Gathered::All
     ) {
         cp.announce(id);
     }
