@@ -146,6 +146,8 @@ struct Inner {
     shared: Arc<Shared>,
     accepted: flume::Receiver<Peer>,
     local: SocketAddr,
+    /// Where quinn's tasks run; [`MeshEndpoint::spawn`] puts more there.
+    thread: Arc<EndpointThread>,
 }
 
 impl Drop for Inner {
@@ -232,8 +234,8 @@ impl MeshEndpoint {
             .max_udp_payload_size(MTU_BOUND)
             .map_err(|e| setup(&e))?;
         let thread = EndpointThread::start("eddy-quic".into()).map_err(cannot_listen)?;
-        let mut endpoint =
-            quinn::Endpoint::new(config, Some(server), socket, thread).map_err(cannot_listen)?;
+        let mut endpoint = quinn::Endpoint::new(config, Some(server), socket, thread.clone())
+            .map_err(cannot_listen)?;
         endpoint.set_default_client_config(client);
         let local = endpoint.local_addr().map_err(|e| setup(&e))?;
         let shared = Arc::new(Shared {
@@ -256,8 +258,20 @@ impl MeshEndpoint {
                 shared,
                 accepted: rx,
                 local,
+                thread,
             }),
         })
+    }
+
+    /// Runs `future` on the thread of this endpoint's QUIC work. A task
+    /// that mostly moves frames between a queue and a stream wakes and is
+    /// woken by quinn's drivers: on their thread each hand-off is a call,
+    /// not a wake-up of another thread.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        future: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> smol::Task<T> {
+        self.inner.thread.spawn(future)
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -51,6 +51,14 @@ impl EndpointThread {
             _stop: stop,
         }))
     }
+
+    /// Runs `future` on this thread (not a quinn task: no transport span).
+    pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = T> + Send + 'static,
+    ) -> smol::Task<T> {
+        self.executor.spawn(future)
+    }
 }
 
 impl fmt::Debug for EndpointThread {
