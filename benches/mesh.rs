@@ -7,7 +7,8 @@
 //! half the measured QUIC maximum for a few seconds, each carrying its send
 //! time (same host clock), one-way latency p50/p99/max, TCP alongside.
 //!
-//! `cargo bench --bench mesh -- [--quick]`
+//! `cargo bench --bench mesh -- [--quick] [--load F]`: `--load` paces the
+//! latency test at F times the QUIC maximum instead of half.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -340,6 +341,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (runs, frames) = if quick { (3, 256) } else { (5, 2048) };
+    let args: Vec<String> = std::env::args().collect();
+    let load: f64 = args
+        .iter()
+        .position(|a| a == "--load")
+        .and_then(|i| args.get(i + 1))
+        .map_or(0.5, |f| {
+            f.parse().expect("--load takes a fraction, e.g. 0.25")
+        });
     let ca = generate_ca("bench", 1).expect("ca");
     let id = |n: &str| {
         NodeIdentity::from_pem(
@@ -417,9 +426,10 @@ fn main() {
         qcm / tm
     );
 
-    // Half load: half the QUIC maximum just measured, for a few seconds.
+    // Half load (or `--load`): of the QUIC maximum just measured, for a
+    // few seconds.
     let secs = if quick { 1.0 } else { 3.0 };
-    let rate = qm / 2.0;
+    let rate = qm * load;
     let frame_mb = payload_bytes(1) / 1e6;
     let every = Duration::from_secs_f64(frame_mb / rate);
     let n = (secs / every.as_secs_f64()).ceil() as u64;
@@ -427,7 +437,7 @@ fn main() {
     let qcl = quic_latency(n, every, &a, &b, Tasks::Apart);
     let tl = tcp_latency(n, every);
     println!(
-        "one hop at half load ({rate:.1} MB/s, a batch every {:.0} µs, {n} batches, {secs} s): \
+        "one hop at {load} of that load ({rate:.1} MB/s, a batch every {:.0} µs, {n} batches, {secs} s): \
          QUIC {}; stream tasks apart from QUIC's threads {}; TCP {}",
         every.as_secs_f64() * 1e6,
         percentiles(ql),

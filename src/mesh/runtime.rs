@@ -5,10 +5,11 @@
 //! shared one thread with every stream reader and writer of the node (and,
 //! in the bench, with the other endpoint's drivers): the mesh bench spent
 //! its time waiting for that thread. Here each endpoint gets an executor
-//! thread of its own, so QUIC's work overlaps with the encoding and decoding
-//! of frames done by the tasks that use the streams (they stay on the
-//! executor that runs them), and two endpoints on one host do not queue
-//! behind each other.
+//! thread of its own, and two endpoints on one host do not queue behind
+//! each other. The tasks that write and read a distributed run's exchange
+//! streams run here too (`MeshEndpoint::spawn`): handing a frame to quinn
+//! is then a call, not a wake-up of another thread, which moved the mesh
+//! bench from 0.20 to 0.33 of TCP.
 //!
 //! Every poll of a quinn task is a `transport` span of the thread's trace
 //! lane ("QUIC endpoint"), so QUIC's own work shows in `eddy trace`.
