@@ -595,29 +595,31 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A member of a distributed run with two workers: source `s` into
+    /// `o`, an exactly-once sink or a stateful operator. The directory
+    /// holds its store.
+    fn member(o_is_exact_sink: bool) -> (tempfile::TempDir, Checkpoints) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let node = |id: &str, source: bool| NodeInfo {
+            id: id.into(),
+            stateful: !source && !o_is_exact_sink,
+            source,
+            exact_sink: !source && o_is_exact_sink,
+            signature: 0,
+        };
+        let nodes = vec![node("s", true), node("o", false)];
+        let cp = Checkpoints::new(Arc::new(store), nodes, 2, 16, 0).into_cluster();
+        (dir, cp)
+    }
+
     /// A member of a distributed run: its sources wait for every member
     /// to pass the barrier (not just its own instances), and its sinks hear
     /// of a commit only once every member committed; a completed run's
     /// final checkpoint is told at once.
     #[test]
     fn a_cluster_member_waits_for_the_others_before_going_on_and_telling() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
-        let node = |id: &str, exact_sink: bool| NodeInfo {
-            id: id.into(),
-            stateful: false,
-            source: !exact_sink,
-            exact_sink,
-            signature: 0,
-        };
-        let cp = Checkpoints::new(
-            Arc::new(store),
-            vec![node("s", false), node("o", true)],
-            2,
-            16,
-            0,
-        )
-        .into_cluster();
+        let (_dir, cp) = member(true);
         let told = Arc::new(Mutex::new(Vec::new()));
         let t = told.clone();
         cp.register_sink(1, Box::new(move |id| t.lock().unwrap().push(id)));
@@ -657,23 +659,7 @@ mod tests {
     /// for a submit that never came, and the run hung at its end).
     #[test]
     fn instances_that_passed_a_barrier_before_its_request_count_as_aligned() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
-        let node = |id: &str, source: bool| NodeInfo {
-            id: id.into(),
-            stateful: !source,
-            source,
-            exact_sink: false,
-            signature: 0,
-        };
-        let cp = Checkpoints::new(
-            Arc::new(store),
-            vec![node("s", true), node("o", false)],
-            2,
-            16,
-            0,
-        )
-        .into_cluster();
+        let (_dir, cp) = member(false);
         for w in 0..2 {
             cp.submit_end(0, w, Snapshot::default());
             cp.submit(1, w, 1, Snapshot::default());
