@@ -505,3 +505,99 @@ fn a_move_cut_short(victim: usize) {
         "the restored checkpoint was not the one after the quick move\n{logs}"
     );
 }
+
+/// The sum of the `count` column of member `name`'s sink file, and the
+/// records its sources read (its `finished:` line).
+fn counted_and_read(s: &Scratch, name: &str) -> (u64, u64) {
+    let counted = s
+        .read(&format!("rows-{name}.jsonl"))
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON row");
+            v["count"].as_u64().expect("count")
+        })
+        .sum();
+    let log = s.read(&format!("{name}.log"));
+    let read = log
+        .lines()
+        .find_map(|l| {
+            l.split("finished: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no `finished:` line in {name}.log\n{log}"));
+    (counted, read)
+}
+
+/// node-1's input is a tenth of node-0's, so it ends while checkpoints go
+/// on, and node-1 takes every control message 150 ms after it arrived
+/// (`EDDY_TEST_CONTROL_DELAY`): node-0's barriers, which travel with the
+/// data, reach node-1's operators before the request for them does, and
+/// with node-1's sources ended they pass on those barriers alone. node-1
+/// must still count itself aligned when the request comes (it used to
+/// wait for ever, and with it every source of the run: the run hung at
+/// the end of its input). Both members finish, checkpoints went on after
+/// node-1's input ended, and the windows count every record read once.
+#[test]
+fn a_member_whose_input_ended_aligns_on_barriers_that_came_before_their_request() {
+    const EARLY: usize = 1;
+    let s = Scratch::new();
+    let m = Members::start_with_env(
+        &s,
+        2,
+        WORKERS,
+        BINS,
+        |i| {
+            let events = if i == EARLY { EVENTS / 10 } else { EVENTS };
+            let out = s.path(&format!("rows-node-{i}.jsonl"));
+            keyed_count_pipeline(
+                "[checkpoint]\ninterval = \"300ms\"\n",
+                events,
+                Some(RATE),
+                &out,
+            )
+        },
+        |i| match i {
+            EARLY => vec![("EDDY_TEST_CONTROL_DELAY", "150ms".to_string())],
+            _ => Vec::new(),
+        },
+    );
+    let mut run = Run {
+        s,
+        names: m.names,
+        nodes: m.nodes,
+        api: m.api,
+        env: no_env,
+    };
+    for i in 0..2 {
+        let status = run.wait_exit(i, RESTART_LIMIT);
+        assert!(
+            status.success(),
+            "{} exited with {status}\n{}",
+            run.names[i],
+            run.logs()
+        );
+    }
+    let ids = committed_ids(&run.s.read(LEADER_LOG));
+    assert!(
+        ids.len() >= 10,
+        "checkpoints did not go on after node-{EARLY}'s input ended: {ids:?}\n{}",
+        run.logs()
+    );
+    let (mut counted, mut read) = (0, 0);
+    for name in &run.names {
+        let (c, r) = counted_and_read(&run.s, name);
+        counted += c;
+        read += r;
+    }
+    assert_eq!(
+        counted,
+        read,
+        "records counted in windows vs read\n{}",
+        run.logs()
+    );
+    eprintln!("{read} records read and counted once; checkpoints {ids:?}");
+}

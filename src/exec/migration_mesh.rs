@@ -305,8 +305,9 @@ async fn send_control(
 
 /// Reads a member's control stream to this one. A frame that is not a
 /// migration message closes it with an error naming the peer.
-pub(crate) async fn read_control(mut rx: FrameReceiver, shared: Arc<Shared>) {
+pub(crate) async fn read_control(rx: FrameReceiver, shared: Arc<Shared>) {
     let peer = rx.peer().to_string();
+    let mut rx = super::remote::Incoming::control(rx);
     loop {
         match rx.recv().await {
             Ok(Some(Frame::Migrate(

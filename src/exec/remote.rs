@@ -554,12 +554,14 @@ async fn read_trace(mut rx: FrameReceiver) {
     }
 }
 
-/// An exchange stream as its reader takes it: straight from the mesh, or,
-/// for tests of a slow link (`EDDY_TEST_LINK_DELAY=50ms` in the receiving
-/// member's environment), each frame held for that long after it arrived,
-/// as a link with that much more latency would (frames keep flowing
-/// meanwhile; only their delivery is late).
-enum Incoming {
+/// A stream as its reader takes it: straight from the mesh, or, for tests
+/// of a slow link, each frame held for a while after it arrived, as a link
+/// with that much more latency would (frames keep flowing meanwhile; only
+/// their delivery is late). In the receiving member's environment:
+/// `EDDY_TEST_LINK_DELAY=50ms` delays every exchange stream,
+/// `EDDY_TEST_CONTROL_DELAY=50ms` every migration control stream (whose
+/// messages then come after the data sent with them).
+pub(super) enum Incoming {
     Direct(FrameReceiver),
     Delayed {
         rx: flume::Receiver<(std::time::Instant, Result<Option<Frame>, String>)>,
@@ -568,17 +570,30 @@ enum Incoming {
     },
 }
 
+/// The delay test hook `var` asks for, said once.
+fn test_delay(var: &str, what: &str) -> Option<Duration> {
+    let text = std::env::var(var).ok()?;
+    let d = crate::config::parse_duration(&text)
+        .map_err(|e| tracing::error!("{var}={text:?}: {e}; not delaying"))
+        .ok()?;
+    tracing::warn!("test hook: every {what} into this member is delayed {d:?}");
+    Some(d)
+}
+
 impl Incoming {
     fn new(rx: FrameReceiver) -> Incoming {
         static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
-        let delay = *DELAY.get_or_init(|| {
-            let text = std::env::var("EDDY_TEST_LINK_DELAY").ok()?;
-            let d = crate::config::parse_duration(&text)
-                .map_err(|e| tracing::error!("EDDY_TEST_LINK_DELAY={text:?}: {e}; not delaying"))
-                .ok()?;
-            tracing::warn!("test hook: every exchange stream into this member is delayed {d:?}");
-            Some(d)
-        });
+        let delay = *DELAY.get_or_init(|| test_delay("EDDY_TEST_LINK_DELAY", "exchange stream"));
+        Incoming::delayed(rx, delay)
+    }
+
+    pub(super) fn control(rx: FrameReceiver) -> Incoming {
+        static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+        let delay = *DELAY.get_or_init(|| test_delay("EDDY_TEST_CONTROL_DELAY", "control stream"));
+        Incoming::delayed(rx, delay)
+    }
+
+    fn delayed(rx: FrameReceiver, delay: Option<Duration>) -> Incoming {
         let Some(delay) = delay else {
             return Incoming::Direct(rx);
         };
@@ -606,7 +621,7 @@ impl Incoming {
         }
     }
 
-    async fn recv(&mut self) -> Result<Option<Frame>, String> {
+    pub(super) async fn recv(&mut self) -> Result<Option<Frame>, String> {
         match self {
             Incoming::Direct(rx) => rx.recv().await.map_err(|e| e.to_string()),
             Incoming::Delayed { rx, delay, .. } => {
