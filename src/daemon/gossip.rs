@@ -278,7 +278,7 @@ impl ClusterSource {
                         .collect();
                     offer_forecast(&mut operators, &source, peak);
                 }
-                let (run, checkpoints) = r.shared().run_stamp.get().cloned().unwrap_or_default();
+                let (run, checkpoints) = r.shared().run_stamp.clone().unwrap_or_default();
                 let summary = NodeSummary {
                     workers: workers as u16,
                     pipeline: g.pipeline,

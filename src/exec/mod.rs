@@ -111,7 +111,7 @@ pub(crate) struct Shared {
     pub(crate) recorders: std::collections::BTreeMap<String, Arc<recorder::Recorder>>,
     /// In a distributed run: the run's id and this member's checkpoints
     /// when it began, for its gossip (`NodeSummary::run`).
-    pub(crate) run_stamp: OnceLock<(u64, cluster_checkpoint::Marks)>,
+    pub(crate) run_stamp: Option<(u64, cluster_checkpoint::Marks)>,
 }
 
 /// Records, for batches that `node` has applied, when (since `origin`)

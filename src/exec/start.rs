@@ -162,11 +162,8 @@ pub(crate) fn start_with(
             plan.node.batch_size,
         )),
         recorders: recorders(&plan, workers),
-        run_stamp: OnceLock::new(),
+        run_stamp: cluster.as_ref().map(|c| c.run.clone()),
     });
-    if let Some(c) = &cluster {
-        let _ = shared.run_stamp.set(c.run.clone());
-    }
     // If a later step fails (a port taken by another source), what already
     // started (listening sources, readers) sees the stop flag and ends.
     let mut stop_on_error = StopOnError(Some(shared.stop.clone()));
