@@ -736,33 +736,37 @@ impl Inner {
             );
             return;
         }
-        match self.optimizer.choose(space::rate(peak), MARGIN) {
+        let goals = format!(
+            "latency_p99_ms {} and max_recovery_s {}",
+            config.latency_p99_ms, config.max_recovery_s
+        );
+        let chosen = match self.optimizer.choose(space::rate(peak), MARGIN) {
             Some(c) => {
                 self.why = format!(
                     "the least CPU and memory (normalised, summed) of the settings the models expect to meet \
-                     latency_p99_ms {} and max_recovery_s {} with {MARGIN} standard deviation of margin at the \
-                     forecast peak of {peak:.0} records/s, from {n} profiling runs",
-                    config.latency_p99_ms, config.max_recovery_s
+                     {goals} with {MARGIN} standard deviation of margin at the forecast peak of {peak:.0} \
+                     records/s, from {n} profiling runs"
                 );
-                self.choice = Some(ChoiceView {
-                    settings: named(config, &space::denormalise(&config.settings, &c.x)),
-                    rate: peak,
-                    expected_cpu_s: c.objectives[0],
-                    expected_peak_memory_bytes: c.objectives[1],
-                    expected_latency_p99_ms: c.constraints[0] * config.latency_p99_ms,
-                    expected_recovery_s: c.constraints[1] * config.max_recovery_s,
-                });
+                Some(c)
             }
-            None => {
-                self.choice = None;
+            // Keeping what was chosen for a lower rate would run the peak
+            // on settings the models expect to miss it.
+            None => self.optimizer.closest(space::rate(peak), MARGIN).inspect(|_| {
                 self.why = format!(
-                    "no settings in the [tune] ranges are expected to meet latency_p99_ms {} and \
-                     max_recovery_s {} at the forecast peak of {peak:.0} records/s ({n} profiling runs): \
-                     widen the ranges or relax the goals",
-                    config.latency_p99_ms, config.max_recovery_s
+                    "no settings in the [tune] ranges are expected to meet {goals} with {MARGIN} standard \
+                     deviation of margin at the forecast peak of {peak:.0} records/s ({n} profiling runs), \
+                     so these are the ones expected to come closest; widen the ranges or relax the goals"
                 );
-            }
-        }
+            }),
+        };
+        self.choice = chosen.map(|c| ChoiceView {
+            settings: named(config, &space::denormalise(&config.settings, &c.x)),
+            rate: peak,
+            expected_cpu_s: c.objectives[0],
+            expected_peak_memory_bytes: c.objectives[1],
+            expected_latency_p99_ms: c.constraints[0] * config.latency_p99_ms,
+            expected_recovery_s: c.constraints[1] * config.max_recovery_s,
+        });
     }
 
     fn view(&mut self, config: &TuneConfig) -> TuneState {

@@ -218,6 +218,32 @@ impl Optimizer {
     /// until there are observations, or when nothing is expected to meet
     /// the constraints.
     pub(crate) fn choose(&mut self, rate: f64, margin: f64) -> Option<Choice> {
+        let mut best: Option<Choice> = None;
+        for c in self.predicted(rate, margin)? {
+            if c.constraints.iter().any(|&v| v > 1.0) {
+                continue;
+            }
+            if best.as_ref().is_none_or(|b| c.cost < b.cost) {
+                best = Some(c);
+            }
+        }
+        best
+    }
+
+    /// The configuration expected to come closest to meeting every
+    /// constraint at `rate` (the least worst ratio to its limit, with
+    /// `margin`), for when [`Optimizer::choose`] finds none: settings chosen
+    /// for a lower rate would otherwise stay in force through a peak they
+    /// are expected to miss. None until there are observations.
+    pub(crate) fn closest(&mut self, rate: f64, margin: f64) -> Option<Choice> {
+        self.predicted(rate, margin)?
+            .into_iter()
+            .min_by(|a, b| worst(a).total_cmp(&worst(b)))
+    }
+
+    /// Candidate settings at `rate` and what the models expect of each,
+    /// constraints with `margin` standard deviations added.
+    fn predicted(&mut self, rate: f64, margin: f64) -> Option<Vec<Choice>> {
         if self.observations.len() < 2 {
             return None;
         }
@@ -232,32 +258,30 @@ impl Optimizer {
             .collect();
         let constraints = self.constraint_models(&xs);
         let scalar = self.scalarised([0.5, 0.5]);
-        let mut best: Option<Choice> = None;
-        for x in self.candidates(settings, rate, &scalar) {
-            let expected: Vec<f64> = constraints
-                .iter()
-                .map(|gp| {
-                    let (m, sd) = gp.predict(&x);
-                    (m + margin * sd).exp()
-                })
-                .collect();
-            if expected.iter().any(|&c| c > 1.0) {
-                continue;
-            }
-            let objectives = [models[0].predict(&x).0, models[1].predict(&x).0];
-            let cost: f64 = (0..2)
-                .map(|k| (objectives[k] - lo[k]) / (hi[k] - lo[k]).max(f64::EPSILON))
-                .sum();
-            if best.as_ref().is_none_or(|b| cost < b.cost) {
-                best = Some(Choice {
+        let out = self
+            .candidates(settings, rate, &scalar)
+            .into_iter()
+            .map(|x| {
+                let objectives = [models[0].predict(&x).0, models[1].predict(&x).0];
+                let cost: f64 = (0..2)
+                    .map(|k| (objectives[k] - lo[k]) / (hi[k] - lo[k]).max(f64::EPSILON))
+                    .sum();
+                let expected = constraints
+                    .iter()
+                    .map(|gp| {
+                        let (m, sd) = gp.predict(&x);
+                        (m + margin * sd).exp()
+                    })
+                    .collect();
+                Choice {
                     x,
                     objectives,
                     constraints: expected,
                     cost,
-                });
-            }
-        }
-        best
+                }
+            })
+            .collect();
+        Some(out)
     }
 
     /// A model per constraint, of the log of its ratio to the limit.
@@ -365,6 +389,14 @@ pub(crate) struct Choice {
     /// Expected value / limit of each constraint, margin included.
     pub(crate) constraints: Vec<f64>,
     cost: f64,
+}
+
+/// The largest of a choice's expected constraint ratios.
+fn worst(c: &Choice) -> f64 {
+    c.constraints
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// Constraints are modelled as the logarithm of their ratio to the limit:

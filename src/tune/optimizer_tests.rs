@@ -120,6 +120,39 @@ fn the_choice_follows_the_rate() {
 }
 
 #[test]
+fn beyond_every_settings_capacity_the_closest_choice_is_the_largest() {
+    // Even all the workers carry at most 0.8: at 0.9 nothing meets the
+    // latency goal, and the settings closest to meeting it are the most
+    // workers, not the few that suited a lower rate.
+    let f = |x: &[f64]| {
+        let capacity = 0.1 + 0.7 * x[0];
+        Observation {
+            x: x.to_vec(),
+            objectives: [x[0], 0.1 + 0.5 * x[0]],
+            constraints: vec![x[1] / capacity],
+        }
+    };
+    let mut opt = Optimizer::new(1, true, 1, 6, 3);
+    for i in 0..30 {
+        let rate = [0.2, 0.5, 0.9][i % 3];
+        let x = opt.suggest(rate);
+        opt.observe(f(&x)).unwrap();
+    }
+    assert!(
+        opt.choose(0.9, 1.0).is_none(),
+        "nothing meets the goal at 0.9"
+    );
+    let closest = opt.closest(0.9, 1.0).expect("a closest choice");
+    assert!(closest.x[0] > 0.85, "{closest:?}");
+    assert!(
+        (1.0..1.3).contains(&closest.constraints[0]),
+        "0.9 over a capacity of at most 0.8: {closest:?}"
+    );
+    let low = opt.choose(0.2, 1.0).expect("a choice at 0.2");
+    assert!(low.x[0] < 0.5, "at 0.2 few workers do: {low:?}");
+}
+
+#[test]
 fn bad_observations_are_refused_with_a_reason() {
     let mut opt = Optimizer::new(2, false, 1, 4, 0);
     let ok = Observation {
