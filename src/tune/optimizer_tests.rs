@@ -83,19 +83,20 @@ fn constraints_keep_the_front_and_the_choice_feasible() {
     );
 }
 
+/// One setting (workers, normalised) and the rate as context: latency
+/// stays within its goal while the rate is below the workers' capacity,
+/// `0.1 + most * workers`; the cost is the workers.
+fn workers(most: f64) -> impl Fn(&[f64]) -> Observation {
+    move |x: &[f64]| Observation {
+        x: x.to_vec(),
+        objectives: [x[0], 0.1 + 0.5 * x[0]],
+        constraints: vec![x[1] / (0.1 + most * x[0])],
+    }
+}
+
 #[test]
 fn the_choice_follows_the_rate() {
-    // One setting (workers, normalised) and the rate as context: latency
-    // stays within its goal while the rate is below the workers' capacity;
-    // the cost is the workers.
-    let f = |x: &[f64]| {
-        let capacity = 0.1 + 0.9 * x[0];
-        Observation {
-            x: x.to_vec(),
-            objectives: [x[0], 0.1 + 0.5 * x[0]],
-            constraints: vec![x[1] / capacity],
-        }
-    };
+    let f = workers(0.9);
     let mut opt = Optimizer::new(1, true, 1, 6, 5);
     // Profiling runs go where the forecast says the rate is heading: here
     // two rates in turn.
@@ -124,14 +125,7 @@ fn beyond_every_settings_capacity_the_closest_choice_is_the_largest() {
     // Even all the workers carry at most 0.8: at 0.9 nothing meets the
     // latency goal, and the settings closest to meeting it are the most
     // workers, not the few that suited a lower rate.
-    let f = |x: &[f64]| {
-        let capacity = 0.1 + 0.7 * x[0];
-        Observation {
-            x: x.to_vec(),
-            objectives: [x[0], 0.1 + 0.5 * x[0]],
-            constraints: vec![x[1] / capacity],
-        }
-    };
+    let f = workers(0.7);
     let mut opt = Optimizer::new(1, true, 1, 6, 3);
     for i in 0..30 {
         let rate = [0.2, 0.5, 0.9][i % 3];
