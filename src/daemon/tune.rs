@@ -24,7 +24,7 @@ use crate::config::{NodeConfig, ProfileOn, TuneConfig};
 use crate::exec::Reporter;
 use crate::plan::NodeKind;
 use crate::tune::forecast::{self, Accuracy, Forecast};
-use crate::tune::optimizer::{Observation, Optimizer};
+use crate::tune::optimizer::{Observation, Optimizer, SWITCH_COST};
 use crate::tune::space;
 
 /// Points of the initial space-filling design before the models steer.
@@ -705,6 +705,18 @@ impl Inner {
         })
     }
 
+    /// The settings applied last, normalised, while they are all within
+    /// the [tune] ranges.
+    fn in_force(&self, config: &TuneConfig) -> Option<Vec<f64>> {
+        let (_, applied) = self.applied.as_ref()?;
+        let values: Option<Vec<u64>> = config
+            .settings
+            .iter()
+            .map(|s| applied.settings.get(s.name).copied())
+            .collect();
+        space::normalise(&config.settings, &values?).ok()
+    }
+
     /// The configuration for the forecast peak, or why there is none.
     fn decide(&mut self, config: &TuneConfig) {
         let peak = self.forecast.as_ref().map(|(_, f)| f.peak());
@@ -740,7 +752,20 @@ impl Inner {
             "latency_p99_ms {} and max_recovery_s {}",
             config.latency_p99_ms, config.max_recovery_s
         );
-        let chosen = match self.optimizer.choose(space::rate(peak), MARGIN) {
+        let in_force = self.in_force(config);
+        let chosen = match self
+            .optimizer
+            .choose(space::rate(peak), MARGIN, in_force.as_deref())
+        {
+            Some(c) if c.in_force => {
+                self.why = format!(
+                    "the settings in force: the models expect them to meet {goals} with {MARGIN} standard \
+                     deviation of margin at the forecast peak of {peak:.0} records/s, from {n} profiling runs, \
+                     and expect no other settings to cost {SWITCH_COST} less (CPU and memory, normalised, \
+                     summed), which a change would have to be worth"
+                );
+                Some(c)
+            }
             Some(c) => {
                 self.why = format!(
                     "the least CPU and memory (normalised, summed) of the settings the models expect to meet \
@@ -759,8 +784,12 @@ impl Inner {
                 );
             }),
         };
+        let applied = self.applied.as_ref().map(|(_, a)| &a.settings);
         self.choice = chosen.map(|c| ChoiceView {
-            settings: named(config, &space::denormalise(&config.settings, &c.x)),
+            settings: match applied {
+                Some(settings) if c.in_force => settings.clone(),
+                _ => named(config, &space::denormalise(&config.settings, &c.x)),
+            },
             rate: peak,
             expected_cpu_s: c.objectives[0],
             expected_peak_memory_bytes: c.objectives[1],

@@ -217,17 +217,34 @@ impl Optimizer {
     /// standard deviations) at the least sum of normalised objectives. None
     /// until there are observations, or when nothing is expected to meet
     /// the constraints.
-    pub(crate) fn choose(&mut self, rate: f64, margin: f64) -> Option<Choice> {
-        let mut best: Option<Choice> = None;
-        for c in self.predicted(rate, margin)? {
+    ///
+    /// `in_force` (normalised, without the rate) competes too, and keeps
+    /// its place unless another is expected to cost [`SWITCH_COST`] less:
+    /// a change is a live reconfiguration, and between two choices whose
+    /// expected costs are within the models' noise the pick otherwise
+    /// jumped back and forth as the rate moved (five times in one day of
+    /// `eddy bench tune`, each jump moving bins and checkpoint intervals).
+    pub(crate) fn choose(
+        &mut self,
+        rate: f64,
+        margin: f64,
+        in_force: Option<&[f64]>,
+    ) -> Option<Choice> {
+        let mut best: Option<(f64, Choice)> = None;
+        for c in self.predicted(rate, margin, in_force)? {
             if c.constraints.iter().any(|&v| v > 1.0) {
                 continue;
             }
-            if best.as_ref().is_none_or(|b| c.cost < b.cost) {
-                best = Some(c);
+            let cost = if c.in_force {
+                c.cost - SWITCH_COST
+            } else {
+                c.cost
+            };
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, c));
             }
         }
-        best
+        best.map(|(_, c)| c)
     }
 
     /// The configuration expected to come closest to meeting every
@@ -236,14 +253,20 @@ impl Optimizer {
     /// for a lower rate would otherwise stay in force through a peak they
     /// are expected to miss. None until there are observations.
     pub(crate) fn closest(&mut self, rate: f64, margin: f64) -> Option<Choice> {
-        self.predicted(rate, margin)?
+        self.predicted(rate, margin, None)?
             .into_iter()
             .min_by(|a, b| worst(a).total_cmp(&worst(b)))
     }
 
-    /// Candidate settings at `rate` and what the models expect of each,
-    /// constraints with `margin` standard deviations added.
-    fn predicted(&mut self, rate: f64, margin: f64) -> Option<Vec<Choice>> {
+    /// Candidate settings at `rate` (`in_force` among them, marked) and
+    /// what the models expect of each, constraints with `margin` standard
+    /// deviations added.
+    fn predicted(
+        &mut self,
+        rate: f64,
+        margin: f64,
+        in_force: Option<&[f64]>,
+    ) -> Option<Vec<Choice>> {
         if self.observations.len() < 2 {
             return None;
         }
@@ -258,8 +281,16 @@ impl Optimizer {
             .collect();
         let constraints = self.constraint_models(&xs);
         let scalar = self.scalarised([0.5, 0.5]);
-        let out = self
-            .candidates(settings, rate, &scalar)
+        let mut candidates = self.candidates(settings, rate, &scalar);
+        let kept = in_force.filter(|x| x.len() == settings).map(|x| {
+            let mut x = x.to_vec();
+            if self.context {
+                x.push(rate);
+            }
+            candidates.push(x.clone());
+            x
+        });
+        let out = candidates
             .into_iter()
             .map(|x| {
                 let objectives = [models[0].predict(&x).0, models[1].predict(&x).0];
@@ -274,6 +305,7 @@ impl Optimizer {
                     })
                     .collect();
                 Choice {
+                    in_force: kept.as_ref() == Some(&x),
                     x,
                     objectives,
                     constraints: expected,
@@ -388,8 +420,15 @@ pub(crate) struct Choice {
     pub(crate) objectives: [f64; 2],
     /// Expected value / limit of each constraint, margin included.
     pub(crate) constraints: Vec<f64>,
+    /// These are the settings in force (see [`Optimizer::choose`]).
+    pub(crate) in_force: bool,
     cost: f64,
 }
+
+/// How much less (in normalised CPU and memory, summed: 0 for the best
+/// observed in both, 2 for the worst) other settings must be expected to
+/// cost before the settings in force are changed for them.
+pub(crate) const SWITCH_COST: f64 = 0.1;
 
 /// The largest of a choice's expected constraint ratios.
 fn worst(c: &Choice) -> f64 {

@@ -73,7 +73,7 @@ fn constraints_keep_the_front_and_the_choice_feasible() {
         best_seen > 0.5,
         "the search stayed far from the boundary: {best_seen}"
     );
-    let choice = opt.choose(0.0, 1.0).expect("a feasible choice");
+    let choice = opt.choose(0.0, 1.0, None).expect("a feasible choice");
     let truth = f(&choice.x);
     assert!(truth.feasible(), "chose an infeasible point {:?}", choice.x);
     assert!(
@@ -106,8 +106,8 @@ fn the_choice_follows_the_rate() {
         assert_eq!(x[1], rate, "the rate is a context, never proposed");
         opt.observe(f(&x)).unwrap();
     }
-    let low = opt.choose(0.2, 1.0).expect("a choice at 0.2");
-    let high = opt.choose(0.8, 1.0).expect("a choice at 0.8");
+    let low = opt.choose(0.2, 1.0, None).expect("a choice at 0.2");
+    let high = opt.choose(0.8, 1.0, None).expect("a choice at 0.8");
     assert!(
         f(&low.x).feasible() && f(&high.x).feasible(),
         "{low:?} {high:?}"
@@ -133,7 +133,7 @@ fn beyond_every_settings_capacity_the_closest_choice_is_the_largest() {
         opt.observe(f(&x)).unwrap();
     }
     assert!(
-        opt.choose(0.9, 1.0).is_none(),
+        opt.choose(0.9, 1.0, None).is_none(),
         "nothing meets the goal at 0.9"
     );
     let closest = opt.closest(0.9, 1.0).expect("a closest choice");
@@ -142,7 +142,7 @@ fn beyond_every_settings_capacity_the_closest_choice_is_the_largest() {
         (1.0..1.3).contains(&closest.constraints[0]),
         "0.9 over a capacity of at most 0.8: {closest:?}"
     );
-    let low = opt.choose(0.2, 1.0).expect("a choice at 0.2");
+    let low = opt.choose(0.2, 1.0, None).expect("a choice at 0.2");
     assert!(low.x[0] < 0.5, "at 0.2 few workers do: {low:?}");
 }
 
@@ -183,4 +183,31 @@ fn the_normal_cdf_is_accurate() {
     ] {
         assert!((normal_cdf(z) - phi).abs() < 1e-6, "{z}");
     }
+}
+
+#[test]
+fn the_settings_in_force_stay_unless_a_change_is_clearly_worth_it() {
+    let f = workers(0.9);
+    let mut opt = Optimizer::new(1, true, 1, 6, 5);
+    for i in 0..30 {
+        let rate = [0.2, 0.5][i % 2];
+        let x = opt.suggest(rate);
+        opt.observe(f(&x)).unwrap();
+    }
+    let best = opt.choose(0.5, 1.0, None).expect("a choice at 0.5");
+    assert!(!best.in_force);
+    // A few more workers than the best: cheaper settings exist, but not
+    // by as much as a change costs.
+    let near = [(best.x[0] + 0.02).min(1.0)];
+    let kept = opt.choose(0.5, 1.0, Some(&near)).expect("a choice");
+    assert!(
+        kept.in_force && kept.x[0] == near[0],
+        "{kept:?}, best {best:?}"
+    );
+    // Every worker: a change saves far more than it costs.
+    let all = opt.choose(0.5, 1.0, Some(&[1.0])).expect("a choice");
+    assert!(!all.in_force && all.x[0] < 0.8, "{all:?}");
+    // Too few workers for the rate: never kept, whatever they cost.
+    let few = opt.choose(0.5, 1.0, Some(&[0.05])).expect("a choice");
+    assert!(!few.in_force && few.x[0] > 0.3, "{few:?}");
 }
