@@ -74,9 +74,21 @@ pub(crate) trait Operator: Send {
     fn installed(&mut self, _bin: u32, _ctx: &mut OpCtx<'_>) {}
 }
 
+/// Batches an operator call holds before they go downstream in the middle
+/// of the call: a window firing 600k keys would otherwise build every
+/// result row (~45 MB) before the first one leaves.
+pub(crate) const FORWARD_AT: usize = 8;
+
+/// Sends an operator's collected output downstream, leaving the buffer
+/// empty.
+pub(crate) type Forward<'a> = &'a mut dyn FnMut(&mut Vec<(usize, Batch)>);
+
 /// What an operator may do while it runs.
 pub(crate) struct OpCtx<'a> {
     pub(crate) out: &'a mut Vec<(usize, Batch)>,
+    /// Where `out` goes once it holds [`FORWARD_AT`] batches (`None`: it
+    /// all goes when the call returns).
+    pub(crate) forward: Option<Forward<'a>>,
     pub(crate) component: &'a str,
     pub(crate) metrics: &'a OpMetrics,
     pub(crate) dead_letter: &'a DeadLetter,
@@ -91,16 +103,20 @@ impl OpCtx<'_> {
     /// Emits a batch on the main output.
     #[inline]
     pub(crate) fn emit(&mut self, batch: Batch) {
-        if !batch.is_empty() {
-            self.out.push((0, batch));
-        }
+        self.emit_to(0, batch);
     }
 
     /// Emits a batch on output `port` (1: late records).
     #[inline]
     pub(crate) fn emit_to(&mut self, port: usize, batch: Batch) {
-        if !batch.is_empty() {
-            self.out.push((port, batch));
+        if batch.is_empty() {
+            return;
+        }
+        self.out.push((port, batch));
+        if self.out.len() >= FORWARD_AT
+            && let Some(forward) = self.forward.as_mut()
+        {
+            forward(self.out);
         }
     }
 

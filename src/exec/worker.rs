@@ -371,7 +371,7 @@ impl Worker {
         activity: crate::trace::Kind,
         f: impl FnOnce(&mut dyn Operator, &mut OpCtx<'_>),
     ) {
-        let t = self.trace.begin();
+        let mut t = self.trace.begin();
         let state = &mut self.nodes[node];
         let Some(mut op) = state.op.take() else {
             // An operator is never re-entered: the drain rule only reaches
@@ -380,33 +380,49 @@ impl Worker {
             return;
         };
         let mut out = std::mem::take(&mut state.emitted);
+        let (component, metrics) = (state.component.clone(), state.metrics.clone());
+        let shared = self.shared.clone();
         let start = super::metrics::instrumented().then(Instant::now);
-        let mut ctx = OpCtx {
-            out: &mut out,
-            component: &state.component,
-            metrics: &state.metrics,
-            dead_letter: &self.shared.dead_letter,
-            blocked_ns: 0,
-            failure: None,
-        };
         let outer = self.beat.enter(node);
-        f(op.as_mut(), &mut ctx);
+        // What went downstream during the call: its time is the downstream
+        // operators' (they measure it themselves), not this one's.
+        let (mut forwarded_ns, mut forwarded_rows) = (0u64, 0u64);
+        let (blocked_ns, failure) = {
+            let mut forward = |batches: &mut Vec<(usize, Batch)>| {
+                let began = Instant::now();
+                forwarded_rows += batches.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+                self.trace.end(t, activity, node);
+                self.route_batches(node, batches);
+                t = self.trace.begin();
+                forwarded_ns += began.elapsed().as_nanos() as u64;
+            };
+            let mut ctx = OpCtx {
+                out: &mut out,
+                forward: Some(&mut forward),
+                component: &component,
+                metrics: &metrics,
+                dead_letter: &shared.dead_letter,
+                blocked_ns: 0,
+                failure: None,
+            };
+            f(op.as_mut(), &mut ctx);
+            (ctx.blocked_ns, ctx.failure.take())
+        };
         self.beat.leave(outer);
-        if let Some(failure) = ctx.failure.take() {
-            self.shared.fail(format!("{}: {failure}", state.component));
+        if let Some(failure) = failure {
+            self.shared.fail(format!("{component}: {failure}"));
         }
         if let Some(start) = start {
-            let blocked = ctx.blocked_ns;
-            let elapsed = start.elapsed().as_nanos() as u64;
-            let m = &state.metrics;
-            OpMetrics::add(&m.records_in, rows_in);
-            OpMetrics::add(&m.useful_ns, elapsed.saturating_sub(blocked));
-            OpMetrics::add(&m.blocked_ns, blocked);
+            let elapsed = (start.elapsed().as_nanos() as u64).saturating_sub(forwarded_ns);
+            OpMetrics::add(&metrics.records_in, rows_in);
+            OpMetrics::add(&metrics.useful_ns, elapsed.saturating_sub(blocked_ns));
+            OpMetrics::add(&metrics.blocked_ns, blocked_ns);
             OpMetrics::add(
-                &m.records_out,
-                out.iter().map(|(_, b)| b.len() as u64).sum(),
+                &metrics.records_out,
+                forwarded_rows + out.iter().map(|(_, b)| b.len() as u64).sum::<u64>(),
             );
         }
+        let state = &mut self.nodes[node];
         state.op = Some(op);
         state.emitted = out;
         self.trace.end(t, activity, node);
@@ -416,6 +432,15 @@ impl Worker {
     /// Sends what `node` emitted along its routes.
     fn route_emitted(&mut self, node: usize) {
         let mut out = std::mem::take(&mut self.nodes[node].emitted);
+        self.route_batches(node, &mut out);
+        // Keep the buffer's capacity unless a nested call put one back.
+        if self.nodes[node].emitted.is_empty() {
+            self.nodes[node].emitted = out;
+        }
+    }
+
+    /// Sends `out`, emitted by `node`, along its routes, leaving it empty.
+    fn route_batches(&mut self, node: usize, out: &mut Vec<(usize, Batch)>) {
         for (port, batch) in out.drain(..) {
             let n_routes = self.nodes[node].routes[port].len();
             let mut batch = Some(batch);
@@ -431,10 +456,6 @@ impl Worker {
                     Route::Exchange { edge } => self.exchange(node, edge, b),
                 }
             }
-        }
-        // Keep the buffer's capacity unless a nested call put one back.
-        if self.nodes[node].emitted.is_empty() {
-            self.nodes[node].emitted = out;
         }
     }
 

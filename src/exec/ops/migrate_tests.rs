@@ -132,10 +132,16 @@ fn batch(schema: &SchemaRef, key: &crate::data::KeySpec, rows: &[(i64, i64, i64)
 }
 
 /// Runs the operator calls and collects every output row as text.
+/// As the worker does, it takes the output downstream during a call once
+/// it holds `FORWARD_AT` batches.
 struct Harness {
     dead: DeadLetter,
     metrics: OpMetrics,
     rows: Vec<String>,
+    /// Times output went downstream during a call, and the most batches
+    /// a call held at once.
+    forwards: usize,
+    most_held: usize,
 }
 
 impl Harness {
@@ -144,13 +150,23 @@ impl Harness {
             dead: DeadLetter::new(std::env::temp_dir().join("eddy-migrate-tests-dead")),
             metrics: OpMetrics::default(),
             rows: Vec::new(),
+            forwards: 0,
+            most_held: 0,
         }
     }
 
     fn with(&mut self, f: impl FnOnce(&mut OpCtx<'_>)) {
         let mut out = Vec::new();
+        let mut sent = Vec::new();
+        let (mut forwards, mut most_held) = (0, 0);
+        let mut forward = |batches: &mut Vec<(usize, Batch)>| {
+            forwards += 1;
+            most_held = batches.len().max(most_held);
+            sent.append(batches);
+        };
         let mut ctx = OpCtx {
             out: &mut out,
+            forward: Some(&mut forward),
             component: "op",
             metrics: &self.metrics,
             dead_letter: &self.dead,
@@ -159,7 +175,11 @@ impl Harness {
         };
         f(&mut ctx);
         assert_eq!(ctx.failure, None);
-        for (port, b) in out {
+        most_held = most_held.max(out.len());
+        self.forwards += forwards;
+        self.most_held = self.most_held.max(most_held);
+        sent.append(&mut out);
+        for (port, b) in sent {
             for r in 0..b.len() {
                 let cols: Vec<String> = b
                     .columns()
@@ -429,6 +449,25 @@ impl Spilled {
 fn spilled_window_state_fires_as_in_memory_state_does() {
     let [(mut spilled, mut a), (mut reference, mut r)] = Spilled::new().fed();
     same_rows_at_end((&mut spilled, &mut a), (&mut reference, &mut r));
+}
+
+/// A firing's rows go downstream while it builds them: a call never holds
+/// more than `FORWARD_AT` batches, in memory or with the state spilled.
+#[test]
+fn a_firing_hands_its_rows_downstream_as_it_builds_them() {
+    use crate::exec::operator::FORWARD_AT;
+    for (mut op, mut h) in Spilled::new().fed() {
+        let before = h.forwards;
+        h.with(|ctx| op.on_watermark(WATERMARK_END, ctx));
+        // 4000 rows in batches of 64: 63 batches.
+        assert!(
+            h.forwards - before >= 63 / FORWARD_AT,
+            "{} forwards",
+            h.forwards
+        );
+        assert!(h.most_held <= FORWARD_AT, "{} batches held", h.most_held);
+        assert_eq!(h.rows.len(), 4000);
+    }
 }
 
 /// Both operators fire everything; `got` emits the 4000 rows `want` does.
