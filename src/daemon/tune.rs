@@ -562,15 +562,19 @@ fn profile_loop(
         let job = {
             let inner = lock(&shared.inner);
             let rate = inner.forecast.as_ref().map(|(_, f)| f.peak());
-            inner
-                .next_profile
-                .as_ref()
-                .zip(rate)
-                .map(|(x, r)| (named(config, &space::denormalise(&config.settings, x)), r))
+            let now = inner.store.rates(1).last().map_or(0.0, |&(_, r)| r);
+            inner.next_profile.as_ref().zip(rate).map(|(x, r)| {
+                (
+                    named(config, &space::denormalise(&config.settings, x)),
+                    r,
+                    now,
+                )
+            })
         };
-        let Some((settings, rate)) = job else {
+        let Some((mut settings, rate, now)) = job else {
             continue;
         };
+        raise_cache_as_applied(shared, config, &mut settings, rate / now.max(1.0));
         if rate < 1.0 {
             lock(&shared.inner).profiling.last_error =
                 Some("the forecast rate is below 1 record/s: nothing to profile at".into());
@@ -642,6 +646,33 @@ fn profile_loop(
             }
         }
     }
+}
+
+/// A profiling run measures settings as they would run: applied, the
+/// cache is kept above the open state (`tune_apply::cache_floor`), since
+/// a cache the state outgrows sends bins through sled on every batch. A
+/// run with a smaller one measured that thrashing instead (in `eddy bench
+/// tune` one worker fell behind at half the peak with a 32 MiB cache), and
+/// the models took it against the workers and batch size it ran with.
+/// The open state is scaled from the rate now to the run's rate `scale`
+/// times: more than it will hold where keys repeat, which costs nothing,
+/// as a cache is a limit, not an allocation.
+fn raise_cache_as_applied(
+    shared: &Shared,
+    config: &TuneConfig,
+    settings: &mut BTreeMap<String, u64>,
+    scale: f64,
+) {
+    let Some(range) = config.settings.iter().find(|s| s.name == "cache_bytes") else {
+        return;
+    };
+    let reporter = lock(&shared.reporter);
+    let (Some(reporter), Some(cache)) = (reporter.1.as_ref(), settings.get_mut("cache_bytes"))
+    else {
+        return;
+    };
+    let floor = super::tune_apply::cache_floor(reporter, scale.max(1.0));
+    *cache = (*cache).max(floor.min(range.max));
 }
 
 impl Inner {

@@ -97,6 +97,12 @@ fn open_state_bytes(reporter: &Reporter) -> u64 {
         .sum()
 }
 
+/// The cache [`apply`] keeps at least, for open state `scale` times this
+/// node's now.
+pub(crate) fn cache_floor(reporter: &Reporter, scale: f64) -> u64 {
+    (open_state_bytes(reporter) as f64 * scale * CACHE_HEADROOM) as u64
+}
+
 fn raised(to: u64, state: u64) -> String {
     format!(
         "live, raised to {} MiB: the open state holds {} MiB now, and a cache it outgrows \
