@@ -562,7 +562,8 @@ fn profile_loop(
         let job = {
             let inner = lock(&shared.inner);
             let rate = inner.forecast.as_ref().map(|(_, f)| f.peak());
-            let now = inner.store.rates(1).last().map_or(0.0, |&(_, r)| r);
+            let recent = inner.store.rates(4);
+            let now = recent.iter().map(|&(_, r)| r).sum::<f64>() / recent.len().max(1) as f64;
             inner.next_profile.as_ref().zip(rate).map(|(x, r)| {
                 (
                     named(config, &space::denormalise(&config.settings, x)),
@@ -656,7 +657,8 @@ fn profile_loop(
 /// the models took it against the workers and batch size it ran with.
 /// The open state is scaled from the rate now to the run's rate `scale`
 /// times: more than it will hold where keys repeat, which costs nothing,
-/// as a cache is a limit, not an allocation.
+/// as a cache is a limit, not an allocation. At most half the run's
+/// `profile_memory`, where spilling is what lets it run at all.
 fn raise_cache_as_applied(
     shared: &Shared,
     config: &TuneConfig,
@@ -672,7 +674,8 @@ fn raise_cache_as_applied(
         return;
     };
     let floor = super::tune_apply::cache_floor(reporter, scale.max(1.0));
-    *cache = (*cache).max(floor.min(range.max));
+    let top = range.max.min(config.profile_memory_bytes / 2);
+    *cache = (*cache).max(floor.min(top));
 }
 
 impl Inner {

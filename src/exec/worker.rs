@@ -386,13 +386,19 @@ impl Worker {
         let outer = self.beat.enter(node);
         // What went downstream during the call: its time is the downstream
         // operators' (they measure it themselves), not this one's.
-        let (mut forwarded_ns, mut forwarded_rows) = (0u64, 0u64);
+        let mut forwarded_ns = 0u64;
         let (blocked_ns, failure) = {
             let mut forward = |batches: &mut Vec<(usize, Batch)>| {
                 let began = Instant::now();
-                forwarded_rows += batches.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+                if start.is_some() {
+                    // Counted before downstream counts them in.
+                    let rows = batches.iter().map(|(_, b)| b.len() as u64).sum();
+                    OpMetrics::add(&metrics.records_out, rows);
+                }
                 self.trace.end(t, activity, node);
+                self.beat.leave(outer);
                 self.route_batches(node, batches);
+                self.beat.enter(node);
                 t = self.trace.begin();
                 forwarded_ns += began.elapsed().as_nanos() as u64;
             };
@@ -419,7 +425,7 @@ impl Worker {
             OpMetrics::add(&metrics.blocked_ns, blocked_ns);
             OpMetrics::add(
                 &metrics.records_out,
-                forwarded_rows + out.iter().map(|(_, b)| b.len() as u64).sum::<u64>(),
+                out.iter().map(|(_, b)| b.len() as u64).sum(),
             );
         }
         let state = &mut self.nodes[node];
@@ -472,6 +478,9 @@ impl Worker {
         let bins = self.shared.bins;
         let mut rows = std::mem::take(&mut self.rows_by_worker);
         rows.iter_mut().for_each(Vec::clear);
+        // Empty when a second exchange runs while this worker, blocked on a
+        // full channel of the first, drains its inboxes downstream.
+        rows.resize_with(workers, Vec::new);
         let table = self.mig.machine.table();
         for (i, &h) in hashes.iter().enumerate() {
             rows[table[bin_of(h, bins) as usize] as usize].push(i as u32);
