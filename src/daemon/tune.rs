@@ -655,8 +655,8 @@ fn profile_loop(
 /// run with a smaller one measured that thrashing instead (in `eddy bench
 /// tune` one worker fell behind at half the peak with a 32 MiB cache), and
 /// the models took it against the workers and batch size it ran with.
-/// The open state is scaled from the rate now to the run's rate `scale`
-/// times: more than it will hold where keys repeat, which costs nothing,
+/// The open state is scaled by `scale`, the run's rate over the mean of
+/// the last samples: more than it will hold where keys repeat, which costs nothing,
 /// as a cache is a limit, not an allocation. At most half the run's
 /// `profile_memory`, where spilling is what lets it run at all.
 fn raise_cache_as_applied(
