@@ -478,10 +478,13 @@ impl Worker {
         let bins = self.shared.bins;
         let mut rows = std::mem::take(&mut self.rows_by_worker);
         rows.iter_mut().for_each(Vec::clear);
-        // Empty when a second exchange runs while this worker, blocked on a
-        // full channel of the first, drains its inboxes downstream.
-        rows.resize_with(workers, Vec::new);
         let table = self.mig.machine.table();
+        if rows.is_empty() {
+            // Taken by an exchange further up this stack: this worker,
+            // blocked on a full channel there, drains its inboxes downstream.
+            let owners = table.iter().map(|&w| w as usize + 1).max();
+            rows = vec![Vec::new(); owners.unwrap_or(0).max(workers)];
+        }
         for (i, &h) in hashes.iter().enumerate() {
             rows[table[bin_of(h, bins) as usize] as usize].push(i as u32);
         }
