@@ -647,66 +647,6 @@ fn a_cache_the_tuner_chose_stays_above_the_open_state() {
     );
 }
 
-/// The open state on this node's bins now, from `/metrics`.
-fn open_state_bytes(port: u16) -> f64 {
-    let (_, body) = http(port, "GET", "/metrics").expect("metrics");
-    body.lines()
-        .filter(|l| l.starts_with("eddy_bin_state_bytes{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Profiling runs measure the cache as the tuner would apply it, above
-/// the open state, whatever the candidate: a run with a cache the state
-/// outgrows measures bins cycling through sled, which no applied choice
-/// runs with. Here the candidates range from 1 to 16 MiB while the state
-/// of a sliding window holds more than 12 MiB, so every run has 16 MiB,
-/// the top of the range.
-#[test]
-fn profiling_runs_measure_the_cache_above_the_open_state() {
-    let s = Scratch::new();
-    let port = free_port();
-    let pipeline = APPLIED
-        .replace(
-            "cache_bytes = [\"16MiB\", \"64MiB\"]",
-            "cache_bytes = [\"1MiB\", \"16MiB\"]",
-        )
-        .replace("keys = 64\nrate = 2000", "keys = 20000\nrate = 20000")
-        .replace(
-            "{ kind = \"tumbling\", size = \"1s\" }",
-            "{ kind = \"hopping\", size = \"10s\", slide = \"1s\" }",
-        )
-        .replace(
-            "profile = false",
-            "profile = true\nprofile_interval = \"1s\"\nprofile_budget = 1",
-        );
-    let _daemon = start_with(&s, port, &pipeline);
-    let state = 12.0 * (1u64 << 20) as f64;
-    wait_until(
-        "12 MiB of open state",
-        Duration::from_secs(60),
-        || (open_state_bytes(port) >= state).then_some(()),
-        || format!("{} bytes", open_state_bytes(port)),
-    );
-    let seen = tune_state(port)["optimizer"]["observations"]
-        .as_array()
-        .map_or(0, Vec::len);
-    // The next run may have started before: the three after it.
-    let v = wait_longer(port, "four more profiling runs", 180, |v| {
-        v["optimizer"]["observations"]
-            .as_array()
-            .is_some_and(|o| o.len() >= seen + 4)
-    });
-    for o in &v["optimizer"]["observations"].as_array().unwrap()[seen + 1..] {
-        let cache = o["settings"]["cache_bytes"].as_u64().unwrap();
-        assert_eq!(
-            cache,
-            16 << 20,
-            "a run with a cache below the open state: {o}"
-        );
-    }
-}
-
 /// A pipeline fed by a growing file (`{input}`; any source but a
 /// generator) at about 1000 readings/s by a [`Feeder`], making profiling
 /// runs every second.
