@@ -795,14 +795,14 @@ impl Inner {
                 self.why = format!(
                     "the settings in force: the models expect them to meet {goals} with {MARGIN} standard \
                      deviation of margin at the forecast peak of {peak:.0} records/s, from {n} profiling runs, \
-                     and expect no other settings to cost {SWITCH_COST} less (CPU and memory, normalised, \
-                     summed), which a change would have to be worth"
+                     and expect no other settings to cost {SWITCH_COST} less (CPU and memory, each as a share \
+                     above the least expected at that rate, summed), which a change would have to be worth"
                 );
                 Some(c)
             }
             Some(c) => {
                 self.why = format!(
-                    "the least CPU and memory (normalised, summed) of the settings the models expect to meet \
+                    "the least CPU and memory (each as a share above the least expected at that rate, summed) of the settings the models expect to meet \
                      {goals} with {MARGIN} standard deviation of margin at the forecast peak of {peak:.0} \
                      records/s, from {n} profiling runs"
                 );

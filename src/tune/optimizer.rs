@@ -214,9 +214,17 @@ impl Optimizer {
 
     /// The configuration to run at `rate`: among candidate settings, the
     /// one the models expect to meet every constraint with `margin` (in
-    /// standard deviations) at the least sum of normalised objectives. None
-    /// until there are observations, or when nothing is expected to meet
-    /// the constraints.
+    /// standard deviations) at the least cost. None until there are
+    /// observations, or when nothing is expected to meet the constraints.
+    ///
+    /// A candidate's cost is its CPU and memory each as a share above the
+    /// least the models expect of any feasible candidate at this rate,
+    /// summed: 0.2 is a fifth more of one, or a tenth more of both. Shares
+    /// at the rate, not the objectives normalised over every run: the
+    /// runs span all rates, so that scale came from the front at the low
+    /// rates, where a setting's memory barely varies, and at the peak a
+    /// 3 % difference in memory outweighed a 20 % one in CPU (the tuner
+    /// kept short checkpoint intervals that cost a fifth more CPU).
     ///
     /// `in_force` (normalised, without the rate) competes too, and keeps
     /// its place unless another is expected to cost [`SWITCH_COST`] less:
@@ -230,11 +238,24 @@ impl Optimizer {
         margin: f64,
         in_force: Option<&[f64]>,
     ) -> Option<Choice> {
+        let feasible: Vec<Choice> = self
+            .predicted(rate, margin, in_force)?
+            .into_iter()
+            .filter(|c| c.constraints.iter().all(|&v| v <= 1.0))
+            .collect();
+        // A model may extrapolate to nothing or less; the least observed
+        // value bounds the scale from below.
+        let floor = self.least_objectives();
+        let least: [f64; 2] = std::array::from_fn(|k| {
+            feasible
+                .iter()
+                .map(|c| c.objectives[k])
+                .fold(f64::INFINITY, f64::min)
+                .max(floor[k])
+        });
         let mut best: Option<(f64, Choice)> = None;
-        for c in self.predicted(rate, margin, in_force)? {
-            if c.constraints.iter().any(|&v| v > 1.0) {
-                continue;
-            }
+        for mut c in feasible {
+            c.cost = (0..2).map(|k| c.objectives[k] / least[k] - 1.0).sum();
             let cost = if c.in_force {
                 c.cost - SWITCH_COST
             } else {
@@ -245,6 +266,20 @@ impl Optimizer {
             }
         }
         best.map(|(_, c)| c)
+    }
+
+    /// The least of each objective over every run (a small positive value
+    /// where none is positive).
+    fn least_objectives(&self) -> [f64; 2] {
+        std::array::from_fn(|k| {
+            let least = self
+                .observations
+                .iter()
+                .map(|o| o.objectives[k])
+                .filter(|&v| v > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            if least.is_finite() { least } else { 1e-9 }
+        })
     }
 
     /// The configuration expected to come closest to meeting every
@@ -272,7 +307,6 @@ impl Optimizer {
         }
         let settings = self.dims - usize::from(self.context);
         let xs: Vec<Vec<f64>> = self.observations.iter().map(|o| o.x.clone()).collect();
-        let (lo, hi) = self.objective_bounds();
         let models: Vec<Gp> = (0..2)
             .map(|k| {
                 let ys: Vec<f64> = self.observations.iter().map(|o| o.objectives[k]).collect();
@@ -294,9 +328,6 @@ impl Optimizer {
             .into_iter()
             .map(|x| {
                 let objectives = [models[0].predict(&x).0, models[1].predict(&x).0];
-                let cost: f64 = (0..2)
-                    .map(|k| (objectives[k] - lo[k]) / (hi[k] - lo[k]).max(f64::EPSILON))
-                    .sum();
                 let expected = constraints
                     .iter()
                     .map(|gp| {
@@ -309,7 +340,7 @@ impl Optimizer {
                     x,
                     objectives,
                     constraints: expected,
-                    cost,
+                    cost: 0.0,
                 }
             })
             .collect();
@@ -422,12 +453,14 @@ pub(crate) struct Choice {
     pub(crate) constraints: Vec<f64>,
     /// These are the settings in force (see [`Optimizer::choose`]).
     pub(crate) in_force: bool,
+    /// Set by [`Optimizer::choose`], relative to the other candidates.
     cost: f64,
 }
 
-/// How much less (in normalised CPU and memory, summed: 0 for the best
-/// observed in both, 2 for the worst) other settings must be expected to
-/// cost before the settings in force are changed for them.
+/// How much less other settings must be expected to cost (CPU and memory,
+/// each as a share above the least expected at the rate, summed: see
+/// [`Optimizer::choose`]) before the settings in force are changed for
+/// them: a tenth of one, or a twentieth of both.
 pub(crate) const SWITCH_COST: f64 = 0.1;
 
 /// The largest of a choice's expected constraint ratios.
