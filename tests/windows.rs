@@ -311,7 +311,19 @@ inputs = ["counts"]
 "#;
     let mut daemon = start_with_api(&s, port, pipeline, std::process::Stdio::null());
     let pid = daemon.0.as_ref().expect("running").id();
-    let (slow, fast) = (threads(pid, "eddy-worker-0"), threads(pid, "eddy-worker-1"));
+    // A thread names itself when it first runs (std sets the name from
+    // inside it), so on a busy machine a worker may still carry its
+    // parent's name after the API is up.
+    let named = std::time::Instant::now();
+    let (slow, fast) = loop {
+        let found = (threads(pid, "eddy-worker-0"), threads(pid, "eddy-worker-1"));
+        if (found.0.len(), found.1.len()) == (1, 1)
+            || named.elapsed() > std::time::Duration::from_secs(10)
+        {
+            break found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!((slow.len(), fast.len()), (1, 1), "worker threads");
     let allowed = status_field(pid, "Cpus_allowed_list");
     let cpu = allowed.split([',', '-']).next().expect("an allowed CPU");
