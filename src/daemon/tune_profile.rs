@@ -133,6 +133,15 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
     if !status.is_some_and(|s| s.success()) {
         return Err(format!("the run failed ({status:?}): {stderr}"));
     }
+    // Less than one clock tick: the run was starved of CPU (niced, on
+    // busy cores), and as an observation it would teach the models that
+    // its settings cost nothing (seen in CI: 0.0 CPU s, a p99 of 1 us).
+    if cpu_s <= 0.0 {
+        return Err(format!(
+            "the run got no measurable CPU time in {:?} (starved by other work on its cores)",
+            p.duration
+        ));
+    }
     // A run that fell behind teaches the models as much as one that kept
     // up: these settings fail at this rate. Without it they would be
     // proposed again and again.
