@@ -254,13 +254,9 @@ impl Optimizer {
                 .max(floor[k])
         });
         let mut best: Option<(f64, Choice)> = None;
-        for mut c in feasible {
-            c.cost = (0..2).map(|k| c.objectives[k] / least[k] - 1.0).sum();
-            let cost = if c.in_force {
-                c.cost - SWITCH_COST
-            } else {
-                c.cost
-            };
+        for c in feasible {
+            let cost: f64 = (0..2).map(|k| c.objectives[k] / least[k] - 1.0).sum();
+            let cost = if c.in_force { cost - SWITCH_COST } else { cost };
             if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                 best = Some((cost, c));
             }
@@ -340,7 +336,6 @@ impl Optimizer {
                     x,
                     objectives,
                     constraints: expected,
-                    cost: 0.0,
                 }
             })
             .collect();
@@ -453,8 +448,6 @@ pub(crate) struct Choice {
     pub(crate) constraints: Vec<f64>,
     /// These are the settings in force (see [`Optimizer::choose`]).
     pub(crate) in_force: bool,
-    /// Set by [`Optimizer::choose`], relative to the other candidates.
-    cost: f64,
 }
 
 /// How much less other settings must be expected to cost (CPU and memory,
