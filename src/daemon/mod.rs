@@ -63,31 +63,6 @@ fn limit_malloc_arenas() {
             libc::mallopt(libc::M_ARENA_MAX, cores.clamp(2, 8) as libc::c_int);
         }
     }
-    fix_mmap_threshold();
-}
-
-/// Blocks of 1 MiB and more come straight from `mmap` and go back to the
-/// system when freed. glibc's default threshold starts at 128 KiB but
-/// rises to the size of every mmapped block freed (up to 32 MiB), so after
-/// the first checkpoint its snapshot buffers and the window tables' growth
-/// came from the arenas, which keep freed memory: held at 100 k records/s
-/// for 60 s (a million keys, 10 s windows), the peak RSS was 412 against
-/// 298 MiB with static's settings (2 workers, 1 s checkpoints) and 175
-/// against 133 MiB with one worker and 30 s checkpoints (this build: 288
-/// and 137 MiB). CPU: the same for one worker, 9 % more for static's
-/// settings in both runs (its snapshots fault in fresh pages every
-/// second). A fixed threshold also stops that adjustment. The
-/// environment (`MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`) still wins.
-fn fix_mmap_threshold() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none()
-        && !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"))
-    {
-        // SAFETY: as above.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-        }
-    }
 }
 
 pub fn main() -> ExitCode {
