@@ -10,6 +10,7 @@ mod cli;
 pub mod cluster;
 pub(crate) mod distribute;
 mod gossip;
+mod heap;
 /// Also serves the `http` source (`io::http_source`).
 pub(crate) mod http;
 mod instrumentation;
@@ -46,31 +47,15 @@ use clap::Parser;
 /// `EX_CONFIG` from sysexits.h, as `vector validate` uses.
 pub(crate) const EXIT_CONFIG: u8 = 78;
 
-/// glibc gives every thread that allocates an arena of its own, up to 8
-/// per core, and each keeps freed memory for its thread. One per core (at
-/// least 2, at most 8) took 80–124 KiB off the ~1.5 MiB of anonymous
-/// memory of `bash .ci/cross`'s idle pipeline with 1 and 2 workers. eddy's
-/// threads allocate per batch, not per record, and wcount's throughput
-/// with 2 workers was the same within noise. Must run before any thread
-/// starts; `MALLOC_ARENA_MAX` in the environment still wins.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        // SAFETY: mallopt only sets an allocator parameter; no thread
-        // allocates concurrently this early.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, cores.clamp(2, 8) as libc::c_int);
-        }
-    }
-}
-
 pub fn main() -> ExitCode {
-    limit_malloc_arenas();
+    heap::limit_malloc_arenas();
     let cli = cli::Cli::parse();
     init_logging(cli.log_level.as_deref());
     match cli.command {
-        cli::Command::Run { file, stats } => run::run(&file, stats),
+        cli::Command::Run { file, stats } => {
+            heap::return_freed_memory();
+            run::run(&file, stats)
+        }
         cli::Command::Validate { file } => run::validate(&file),
         cli::Command::Bench { workload } => bench::bench(workload),
         cli::Command::Peers { api, json } => peers::peers(&api, json),
