@@ -4,7 +4,7 @@
 //! at most `limit` bytes unless one entry alone is larger (then it is a
 //! chunk of its own).
 
-use super::bin_entries::BinEntries;
+use crate::state::BinEntries;
 
 /// `entries` as chunks of at most `limit` bytes each; at least one chunk
 /// (an empty bin still travels, so the new owner learns it arrived).

@@ -23,7 +23,7 @@ pub(crate) const FINAL: u64 = u64::MAX;
 #[derive(Default)]
 pub(crate) struct Snapshot {
     /// Full state of every bin changed since the last snapshot.
-    pub(crate) bins: Vec<(u32, Vec<crate::state::Entry>)>,
+    pub(crate) bins: Vec<(u32, crate::state::BinEntries)>,
     /// Bins that became empty since the last snapshot.
     pub(crate) emptied: Vec<u32>,
     /// Bins whose state was spilled to the store unchanged since: the

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Shared;
-use super::bin_entries::BinEntries;
 use super::held::HeldRecords;
 use super::migration_mesh::Link;
 use super::worker::{Body, Route, Worker};
@@ -33,6 +32,7 @@ use crate::migrate::{
     Assignment, CoordInput, CoordOutput, Coordinator, Input, Migrator, Output, Report, Step,
     Strategy,
 };
+use crate::state::BinEntries;
 
 /// How long a rebalance waits for the workers before giving up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);

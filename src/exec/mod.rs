@@ -3,7 +3,6 @@
 //! watermarks, end of input, and the intrinsic metrics.
 
 mod align;
-mod bin_entries;
 mod bin_wire;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;

@@ -7,7 +7,7 @@ use super::metrics::OpMetrics;
 use crate::data::Batch;
 use crate::io::dead_letter::DeadLetter;
 
-pub(crate) use super::bin_entries::BinEntries;
+pub(crate) use crate::state::BinEntries;
 
 /// One instance of a transform or sink on one worker.
 ///

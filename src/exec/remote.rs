@@ -653,7 +653,7 @@ impl Reader {
         let mut ended = false;
         // A migrating bin's state being put together: (epoch, bin, next
         // chunk index, entries).
-        let mut state: Option<(u64, u32, u32, super::bin_entries::BinEntries)> = None;
+        let mut state: Option<(u64, u32, u32, crate::state::BinEntries)> = None;
         let (trace, ids) = &mut self.trace;
         loop {
             let frame = self.rx.recv().await?;
@@ -871,7 +871,7 @@ mod tests {
             Field::new("seq", DataType::Int),
             Field::new("pad", DataType::Str),
         ]));
-        let entries: super::super::bin_entries::BinEntries =
+        let entries: crate::state::BinEntries =
             (0..5000u32).map(|i| (i.to_le_bytes(), [7; 100])).collect();
         let chunks = super::super::bin_wire::encode_chunks(&entries, 64 << 10);
         assert!(chunks.len() > 5);

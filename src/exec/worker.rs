@@ -46,7 +46,7 @@ pub(crate) enum Body {
     State {
         bin: u32,
         epoch: u64,
-        entries: super::bin_entries::BinEntries,
+        entries: crate::state::BinEntries,
     },
 }
 

@@ -51,7 +51,7 @@ const WINDOW_START: i64 = 1_767_225_600_000;
 /// One bin's state, as the operator keeps it in memory.
 type BinState = Vec<(i64, [i64; 4])>;
 
-fn encode(bin: &BinState) -> Vec<crate::state::Entry> {
+fn encode(bin: &BinState) -> crate::state::BinEntries {
     bin.iter()
         .map(|(k, v)| {
             (

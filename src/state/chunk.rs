@@ -16,11 +16,15 @@ impl Chunk {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut bytes = postcard::to_stdvec(self).expect("a chunk always encodes");
-        let crc = crc32fast::hash(&bytes);
-        bytes.extend_from_slice(&crc.to_le_bytes());
-        bytes
+        seal(postcard::to_stdvec(self).expect("a chunk always encodes"))
     }
+}
+
+/// The bytes of a [`Chunk`] of `entries`, without copying them into one:
+/// postcard writes a struct of one field as that field, and a borrowed
+/// slice as it writes a `Vec`, so these are a `Chunk`'s bytes.
+pub(crate) fn encode_entries(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    seal(postcard::to_stdvec(entries).expect("a chunk always encodes"))
 }
 
 /// Checks the trailer and decodes; `Err` names what is wrong.
@@ -71,5 +75,23 @@ mod tests {
             }
         }
         assert!(decode_chunk(&bytes[..3]).is_err());
+    }
+
+    #[test]
+    fn borrowed_entries_encode_as_the_chunk_of_them() {
+        let c = Chunk {
+            entries: vec![
+                (b"k1".to_vec(), b"v1".to_vec()),
+                (vec![], vec![7; 300]),
+                (vec![1; 200], vec![]),
+            ],
+        };
+        let borrowed: Vec<(&[u8], &[u8])> = c
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .collect();
+        assert_eq!(encode_entries(&borrowed), c.encode());
+        assert_eq!(encode_entries(&[]), Chunk::default().encode());
     }
 }

@@ -19,6 +19,7 @@
 #[doc(hidden)]
 pub mod bench;
 mod chunk;
+mod entries;
 pub(crate) mod inspect;
 mod lock;
 mod record;
@@ -26,8 +27,7 @@ mod store;
 pub(crate) mod transfer;
 
 pub(crate) use chunk::Chunk;
+pub(crate) use entries::BinEntries;
 
-/// One encoded key and its encoded value.
-pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
 pub(crate) use store::{BinContent, BinWrite, Store, StoreError, now_ms};

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::chunk::{Chunk, decode_chunk, seal, verify};
+use super::BinEntries;
+use super::chunk::{Chunk, decode_chunk, encode_entries, seal, verify};
 use super::lock::DataDirLock;
 use super::record::{BinRecord, CheckpointRecord, OperatorRecord};
 
@@ -28,7 +29,7 @@ pub(crate) struct BinWrite {
 
 pub(crate) enum BinContent {
     /// Write these entries.
-    Entries(Vec<(Vec<u8>, Vec<u8>)>),
+    Entries(BinEntries),
     /// The state was spilled already ([`Store::spill`]): adopt that version.
     Spilled(BinRecord),
 }
@@ -394,32 +395,32 @@ impl Store {
         batch: &mut sled::Batch,
         bin: u32,
         version: u64,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: &BinEntries,
     ) -> BinRecord {
         let mut rec = BinRecord {
             bin,
             version,
             ..Default::default()
         };
-        let mut chunk = Chunk::default();
+        let mut chunk: Vec<(&[u8], &[u8])> = Vec::new();
         let mut size = 0;
-        let mut flush = |chunk: &mut Chunk, rec: &mut BinRecord| {
-            let bytes = chunk.encode();
+        let mut flush = |chunk: &mut Vec<(&[u8], &[u8])>, rec: &mut BinRecord| {
+            let bytes = encode_entries(chunk);
             rec.bytes += bytes.len() as u64;
             batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), bytes);
             rec.chunks += 1;
-            chunk.entries.clear();
+            chunk.clear();
         };
-        for (k, v) in entries {
-            size += Chunk::entry_size(&k, &v);
+        for (k, v) in entries.iter() {
+            size += Chunk::entry_size(k, v);
             rec.entries += 1;
-            chunk.entries.push((k, v));
+            chunk.push((k, v));
             if size >= self.chunk_bytes {
                 flush(&mut chunk, &mut rec);
                 size = 0;
             }
         }
-        if !chunk.entries.is_empty() {
+        if !chunk.is_empty() {
             flush(&mut chunk, &mut rec);
         }
         rec
@@ -432,7 +433,7 @@ impl Store {
         &self,
         op: &str,
         bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: &BinEntries,
     ) -> Result<BinRecord, StoreError> {
         // Pending before written, under one lock with the allocation, so a
         // concurrent garbage collection never sees its chunks unclaimed.
@@ -491,7 +492,7 @@ impl Store {
                 BinContent::Entries(entries) => {
                     let version = self.allocate();
                     let batch = batches.entry(w.op.clone()).or_default();
-                    let rec = self.write_chunks(batch, w.bin, version, entries);
+                    let rec = self.write_chunks(batch, w.bin, version, &entries);
                     stats.bins += 1;
                     stats.entries += rec.entries;
                     stats.bytes += rec.bytes;
@@ -766,17 +767,16 @@ mod tests {
         }
     }
 
-    fn entries(bin: u32, n: usize, tag: u8) -> Vec<(Vec<u8>, Vec<u8>)> {
+    /// One encoded key and its encoded value, as a restore reads them.
+    type Entry = (Vec<u8>, Vec<u8>);
+
+    fn entries(bin: u32, n: usize, tag: u8) -> Vec<Entry> {
         (0..n)
             .map(|i| (format!("{bin}-{i}").into_bytes(), vec![tag; 20]))
             .collect()
     }
 
-    fn read_all(
-        store: &Store,
-        op: &str,
-        rec: &CheckpointRecord,
-    ) -> BTreeMap<u32, Vec<crate::state::Entry>> {
+    fn read_all(store: &Store, op: &str, rec: &CheckpointRecord) -> BTreeMap<u32, Vec<Entry>> {
         let mut out = BTreeMap::new();
         for b in &rec.operator(op).unwrap().bins {
             let e: Vec<_> = store
@@ -795,7 +795,7 @@ mod tests {
         let w = |bin, n, tag| BinWrite {
             op: "win".into(),
             bin,
-            content: BinContent::Entries(entries(bin, n, tag)),
+            content: BinContent::Entries(entries(bin, n, tag).into_iter().collect()),
         };
         let (r1, stats) = store
             .commit(record(1, &["win"]), vec![w(0, 5, 1), w(7, 20_000, 1)], &[])
@@ -840,7 +840,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    content: BinContent::Entries(entries(1, 10, 1)),
+                    content: BinContent::Entries(entries(1, 10, 1).into_iter().collect()),
                 }],
                 &[],
             )
@@ -851,7 +851,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    content: BinContent::Entries(entries(1, 10, 2)),
+                    content: BinContent::Entries(entries(1, 10, 2).into_iter().collect()),
                 }],
                 &[],
             )
@@ -889,7 +889,7 @@ mod tests {
                     vec![BinWrite {
                         op: "win".into(),
                         bin: (id % 2) as u32,
-                        content: BinContent::Entries(entries(0, 3, id as u8)),
+                        content: BinContent::Entries(entries(0, 3, id as u8).into_iter().collect()),
                     }],
                     &[],
                 )
@@ -919,7 +919,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 1,
-                    content: BinContent::Entries(entries(1, 3, 1)),
+                    content: BinContent::Entries(entries(1, 3, 1).into_iter().collect()),
                 }],
                 &[],
             )
@@ -953,7 +953,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 9,
-                    content: BinContent::Entries(entries(9, 30_000, 7)),
+                    content: BinContent::Entries(entries(9, 30_000, 7).into_iter().collect()),
                 }],
                 &[],
             )

@@ -1029,7 +1029,7 @@ mod tests {
                 vec![BinWrite {
                     op: "win".into(),
                     bin: 3,
-                    content: BinContent::Entries(entries(40_000)),
+                    content: BinContent::Entries(entries(40_000).into_iter().collect()),
                 }],
                 &[],
             )
@@ -1110,7 +1110,9 @@ mod tests {
         // The source's bin 3 was spilled, then adopted by a checkpoint.
         let src = Store::open(a.path(), 1 << 20).unwrap();
         src.restore_point().unwrap();
-        let spilled = src.spill("win", 3, entries(5_000)).unwrap();
+        let spilled = src
+            .spill("win", 3, &entries(5_000).into_iter().collect())
+            .unwrap();
         let (rec, _) = src
             .commit(
                 record(1),
@@ -1133,16 +1135,19 @@ mod tests {
             let dst = Store::open(b.path(), 1 << 20).unwrap();
             dst.restore_point().unwrap();
             for _ in 0..5 {
-                dst.spill("win", 9, entries(10)).unwrap(); // never adopted
+                dst.spill("win", 9, &entries(10).into_iter().collect())
+                    .unwrap(); // never adopted
             }
-            let two = dst.spill("win", 2, entries(700)).unwrap();
+            let two = dst
+                .spill("win", 2, &entries(700).into_iter().collect())
+                .unwrap();
             dst.commit(
                 record(1),
                 vec![
                     BinWrite {
                         op: "win".into(),
                         bin: 1,
-                        content: BinContent::Entries(entries(300)),
+                        content: BinContent::Entries(entries(300).into_iter().collect()),
                     },
                     BinWrite {
                         op: "win".into(),
@@ -1183,7 +1188,9 @@ mod tests {
 
         // A spill pending in the same store (a running operator's) keeps
         // its version and its chunks through an import.
-        let pending = dst.spill("win", 3, entries(42)).unwrap();
+        let pending = dst
+            .spill("win", 3, &entries(42).into_iter().collect())
+            .unwrap();
         let again = import_stream(&dst, "win", 3, StreamReader::open(&bytes[..]).unwrap()).unwrap();
         assert!(again.bin.version > pending.version);
         assert_eq!(read(&pending), entries(42));

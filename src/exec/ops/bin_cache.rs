@@ -204,7 +204,7 @@ impl BinCache {
     pub(super) fn spill(
         &mut self,
         bin: u32,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: &crate::state::BinEntries,
     ) -> Result<(), StoreError> {
         let rec = self
             .access

@@ -1,7 +1,7 @@
 //! Which bins changed since the last checkpoint: a bitset over bins.
 
 use crate::kernel::hash::bin_of;
-use crate::state::Entry;
+use crate::state::BinEntries;
 
 pub(super) struct DirtyBins {
     bins: u32,
@@ -62,23 +62,26 @@ impl DirtyBins {
 
 /// Groups a snapshot's entries by dirty bin: `slot(bin)` is where a bin's
 /// entries go (`None` for clean bins); `finish` splits written from
-/// emptied bins.
-pub(super) struct BinEntries {
-    slots: Vec<Option<Vec<Entry>>>,
+/// emptied bins. A bin's entries are one buffer, not a pair of `Vec`s per
+/// key: a checkpoint holds every changed key until it is written, and a
+/// pair is 48 bytes and two heap blocks (16 bytes of malloc's each, and
+/// rounding) besides the encoded bytes, where the buffer adds 8.
+pub(super) struct SnapshotBins {
+    slots: Vec<Option<BinEntries>>,
     dirty: Vec<u32>,
 }
 
-impl BinEntries {
-    pub(super) fn new(bins: u32, dirty: Vec<u32>) -> BinEntries {
-        let mut slots: Vec<Option<Vec<Entry>>> = (0..bins).map(|_| None).collect();
+impl SnapshotBins {
+    pub(super) fn new(bins: u32, dirty: Vec<u32>) -> SnapshotBins {
+        let mut slots: Vec<Option<BinEntries>> = (0..bins).map(|_| None).collect();
         for &b in &dirty {
-            slots[b as usize] = Some(Vec::new());
+            slots[b as usize] = Some(BinEntries::new());
         }
-        BinEntries { slots, dirty }
+        SnapshotBins { slots, dirty }
     }
 
     #[inline]
-    pub(super) fn slot(&mut self, bin: u32) -> Option<&mut Vec<(Vec<u8>, Vec<u8>)>> {
+    pub(super) fn slot(&mut self, bin: u32) -> Option<&mut BinEntries> {
         self.slots[bin as usize].as_mut()
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::dirty::{BinEntries, DirtyBins};
+use super::dirty::{DirtyBins, SnapshotBins};
 use super::timers::KeyTimers;
 use super::window_state::Owned;
 use crate::config::JoinMode;
@@ -262,21 +262,29 @@ impl Operator for Join {
         if dirty.is_empty() {
             return Snapshot::default();
         }
-        let mut out = BinEntries::new(self.bins, dirty);
-        let encode = |sides: &Sides| postcard::to_stdvec(sides).expect("join state encodes");
+        let mut out = SnapshotBins::new(self.bins, dirty);
+        let encode = |sides: &Sides, to: &mut Vec<u8>| {
+            postcard::to_io(sides, to).expect("join state encodes");
+        };
         for (bin, map) in self.by_bin.iter().enumerate() {
             if let Some(slot) = out.slot(bin as u32) {
-                slot.extend(map.iter().map(|(k, sides)| (k.to_vec(), encode(sides))));
+                for (k, sides) in map {
+                    slot.push_with(|b| b.extend_from_slice(k), |b| encode(sides, b));
+                }
             }
         }
         for (start, maps) in &self.by_window {
             for (bin, map) in maps.iter().enumerate() {
                 if let Some(slot) = out.slot(bin as u32) {
-                    slot.extend(
-                        map.iter().map(|(k, sides)| {
-                            ([&start.to_be_bytes()[..], k].concat(), encode(sides))
-                        }),
-                    );
+                    for (k, sides) in map {
+                        slot.push_with(
+                            |b| {
+                                b.extend_from_slice(&start.to_be_bytes());
+                                b.extend_from_slice(k);
+                            },
+                            |b| encode(sides, b),
+                        );
+                    }
                 }
             }
         }

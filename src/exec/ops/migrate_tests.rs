@@ -266,7 +266,7 @@ fn check(op_toml: &str, ports: usize, skew: i64) {
     }
     let bins: Vec<u32> = (0..BINS).collect();
     let exported = old.export_bins(&bins).expect("exports");
-    assert!(exported.iter().any(|e| e.len() > 0), "some state moved");
+    assert!(exported.iter().any(|e| !e.is_empty()), "some state moved");
     for (bin, entries) in bins.iter().zip(exported) {
         moved.with(|ctx| new.install_bin(*bin, entries, ctx).expect("installs"));
     }
@@ -509,7 +509,7 @@ fn window_export_returns_exactly_the_bins_keys_with_state_spilled() {
     let mut installed = s.window("other", None);
     let mut moved = Harness::new();
     for (bin, entries) in exported {
-        assert!(entries.len() > 0, "bin {bin} holds keys");
+        assert!(!entries.is_empty(), "bin {bin} holds keys");
         for (key, _) in entries.iter() {
             let hash = s.plan.key.hash_encoded(&key[8..]);
             assert_eq!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::dirty::{BinEntries, DirtyBins};
+use super::dirty::{DirtyBins, SnapshotBins};
 use super::timers::KeyTimers;
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
@@ -233,16 +233,18 @@ impl Operator for SessionWindow {
         if dirty.is_empty() {
             return Snapshot::default();
         }
-        let mut out = BinEntries::new(self.bins, dirty);
+        let mut out = SnapshotBins::new(self.bins, dirty);
         for (bin, keys) in self.state.iter().enumerate() {
             let Some(slot) = out.slot(bin as u32) else {
                 continue;
             };
             for (key, sessions) in keys {
-                slot.push((
-                    key.to_vec(),
-                    postcard::to_stdvec(sessions).expect("sessions encode"),
-                ));
+                slot.push_with(
+                    |b| b.extend_from_slice(key),
+                    |b| {
+                        postcard::to_io(sessions, b).expect("sessions encode");
+                    },
+                );
             }
         }
         out.finish()

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::bin_bytes::BinBytes;
 use super::bin_cache::{BinCache, StateAccess};
-use super::dirty::{BinEntries, DirtyBins};
+use super::dirty::{DirtyBins, SnapshotBins};
 use super::pane::{Entry, INLINE_WORDS, Pane};
 use super::window_state::{AccState, Aggregates};
 use crate::config::WindowKind;
@@ -26,6 +26,7 @@ use crate::exec::operator::{OpCtx, Operator};
 use crate::kernel::hash::bin_of;
 use crate::kernel::window::{hopping_windows, tumbling_start};
 use crate::plan::WindowPlan;
+use crate::state::BinEntries;
 
 pub(crate) struct Window<K: GroupKey> {
     plan: Arc<WindowPlan>,
@@ -326,9 +327,9 @@ impl<K: GroupKey> Window<K> {
         if !stale.is_empty() {
             let spilled = self.collect(stale).finish();
             let cache = self.cache.as_mut().expect("checked above");
-            let emptied = spilled.emptied.into_iter().map(|b| (b, Vec::new()));
+            let emptied = spilled.emptied.into_iter().map(|b| (b, BinEntries::new()));
             for (bin, entries) in spilled.bins.into_iter().chain(emptied) {
-                cache.spill(bin, entries).map_err(|e| e.0)?;
+                cache.spill(bin, &entries).map_err(|e| e.0)?;
                 self.dirty.unmark(bin);
             }
         }
@@ -337,12 +338,10 @@ impl<K: GroupKey> Window<K> {
     }
 
     /// The stored form of every key of `bins`, grouped by bin.
-    fn collect(&self, bins: Vec<u32>) -> BinEntries {
-        let mut out = BinEntries::new(self.dirty.bins(), bins.clone());
+    fn collect(&self, bins: Vec<u32>) -> SnapshotBins {
+        let mut out = SnapshotBins::new(self.dirty.bins(), bins.clone());
         self.encode_bins(&bins, |bin, key, value| {
-            out.slot(bin)
-                .expect("a bin asked for")
-                .push((key.to_vec(), value.to_vec()));
+            out.slot(bin).expect("a bin asked for").push(key, value);
         });
         out
     }

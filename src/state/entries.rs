@@ -1,11 +1,11 @@
-//! One bin's state on the move: its `(key, value)` entries in one buffer,
-//! each as a little-endian u32 key length, the key, a u32 value length,
-//! the value. This is also their layout on the wire (`bin_wire`), so a
-//! migrating bin is written once by the exporting operator, read front to
-//! back by the installing one, and never held as one heap block per key:
-//! with a pair of `Vec`s per key, a step of the migration bench spent most
-//! of its time in malloc and free and in cache misses on keys written by
-//! the other core.
+//! One bin's state on the move or on its way to a checkpoint: its
+//! `(key, value)` entries in one buffer, each as a little-endian u32 key
+//! length, the key, a u32 value length, the value. This is also their
+//! layout on the wire (`bin_wire`), so a migrating bin is written once by
+//! the exporting operator, read front to back by the installing one, and
+//! never held as one heap block per key: with a pair of `Vec`s per key, a
+//! step of the migration bench spent most of its time in malloc and free
+//! and in cache misses on keys written by the other core.
 
 /// See the module doc.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,6 +50,10 @@ impl BinEntries {
     /// Entries.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The entries in the order they were pushed.
