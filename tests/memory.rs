@@ -20,16 +20,6 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Kills the daemon when the test ends, also when it fails.
-struct Daemon(std::process::Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn memory_freed_after_a_burst_goes_back_to_the_kernel() {
     let s = Scratch::new();
@@ -74,8 +64,8 @@ inputs = ["per_sensor"]
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn eddy");
-    let daemon = Daemon(child);
-    let pid = daemon.0.id();
+    let pid = child.id();
+    let _daemon = Running(Some(child));
     let started = Instant::now();
     let mut trace = Vec::new();
     // The burst, two windows to close its panes, and room for a trim and

@@ -1,8 +1,6 @@
 //! The daemon's heap under glibc's allocator: fewer arenas, and freed
 //! memory handed back to the kernel while the daemon runs.
 
-use std::time::Duration;
-
 /// glibc gives every thread that allocates an arena of its own, up to 8
 /// per core, and each keeps freed memory for its thread. One per core (at
 /// least 2, at most 8) took 80–124 KiB off the ~1.5 MiB of anonymous
@@ -23,7 +21,11 @@ pub(crate) fn limit_malloc_arenas() {
 }
 
 /// How often freed memory goes back to the kernel.
-const TRIM_EVERY: Duration = Duration::from_secs(10);
+#[cfg_attr(
+    not(all(target_os = "linux", target_env = "gnu")),
+    expect(dead_code, reason = "only glibc keeps freed memory this way")
+)]
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// glibc gives freed memory back to the kernel only from the top of an
 /// arena; pages freed below live blocks stay in the process. A day's
