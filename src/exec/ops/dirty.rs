@@ -64,8 +64,8 @@ impl DirtyBins {
 /// entries go (`None` for clean bins); `finish` splits written from
 /// emptied bins. A bin's entries are one buffer, not a pair of `Vec`s per
 /// key: a checkpoint holds every changed key until it is written, and a
-/// pair is 48 bytes and two heap blocks (16 bytes of malloc's each, and
-/// rounding) besides the encoded bytes, where the buffer adds 8.
+/// pair is 48 bytes and two heap blocks (each with malloc's header, and
+/// rounded up to 16 bytes) besides the encoded bytes; the buffer adds 8.
 pub(super) struct SnapshotBins {
     slots: Vec<Option<BinEntries>>,
     dirty: Vec<u32>,
