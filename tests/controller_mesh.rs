@@ -29,8 +29,13 @@ const HIGH: u64 = 750;
 /// When the rate steps up and down, after the sources start.
 const UP_AT: u64 = 12;
 const DOWN_AT: u64 = 28;
-/// The input ends about 20 s after the step down.
-const EVENTS: u64 = LOW * UP_AT + HIGH * (DOWN_AT - UP_AT) + LOW * 20;
+/// How long the input runs on after the step down. A scale-down waits 10 s
+/// after the last change, and on a loaded 2-core machine the scale-up's
+/// migration can end as late as 34 s, or a noisy interval right after the
+/// step down can add a change: 20 s left the scale-down racing the end of
+/// the input.
+const TAIL: u64 = 40;
+const EVENTS: u64 = LOW * UP_AT + HIGH * (DOWN_AT - UP_AT) + LOW * TAIL;
 const DECISION_INTERVAL: Duration = Duration::from_secs(2);
 const RUN_LIMIT: Duration = Duration::from_secs(150);
 
