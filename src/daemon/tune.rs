@@ -215,6 +215,9 @@ struct Inner {
     /// One-step-ahead predictions of recent steps, by unix ms.
     predicted: VecDeque<(u64, f64)>,
     next_profile: Option<Vec<f64>>,
+    /// The cache the last profiling run was raised to at least
+    /// (`raise_cache_as_applied`): the optimiser proposes from there up.
+    cache_floor: Option<u64>,
     choice: Option<ChoiceView>,
     why: String,
     profiling: ProfilingView,
@@ -271,6 +274,7 @@ impl TuneService {
             forecast: None,
             predicted: VecDeque::new(),
             next_profile: None,
+            cache_floor: None,
             choice: None,
             why: String::new(),
             profiling: ProfilingView {
@@ -575,7 +579,8 @@ fn profile_loop(
         let Some((mut settings, rate, now)) = job else {
             continue;
         };
-        raise_cache_as_applied(shared, config, &mut settings, rate / now.max(1.0));
+        let floor = raise_cache_as_applied(shared, config, &mut settings, rate / now.max(1.0));
+        lock(&shared.inner).cache_floor = floor;
         if rate < 1.0 {
             lock(&shared.inner).profiling.last_error =
                 Some("the forecast rate is below 1 record/s: nothing to profile at".into());
@@ -658,24 +663,24 @@ fn profile_loop(
 /// The open state is scaled by `scale`, the run's rate over the mean of
 /// the last samples: more than it will hold where keys repeat, which costs nothing,
 /// as a cache is a limit, not an allocation. At most half the run's
-/// `profile_memory`, where spilling is what lets it run at all.
+/// `profile_memory`, where spilling is what lets it run at all. Returns
+/// the floor, when there is one.
 fn raise_cache_as_applied(
     shared: &Shared,
     config: &TuneConfig,
     settings: &mut BTreeMap<String, u64>,
     scale: f64,
-) {
-    let Some(range) = config.settings.iter().find(|s| s.name == "cache_bytes") else {
-        return;
-    };
+) -> Option<u64> {
+    let range = config.settings.iter().find(|s| s.name == "cache_bytes")?;
     let reporter = lock(&shared.reporter);
     let (Some(reporter), Some(cache)) = (reporter.1.as_ref(), settings.get_mut("cache_bytes"))
     else {
-        return;
+        return None;
     };
     let floor = super::tune_apply::cache_floor(reporter, scale.max(1.0));
-    let top = range.max.min(config.profile_memory_bytes / 2);
-    *cache = (*cache).max(floor.min(top));
+    let floor = floor.min(range.max.min(config.profile_memory_bytes / 2));
+    *cache = (*cache).max(floor);
+    Some(floor)
 }
 
 impl Inner {
@@ -751,6 +756,20 @@ impl Inner {
         space::normalise(&config.settings, &values?).ok()
     }
 
+    /// The least value each setting runs at in a profiling run,
+    /// normalised: the cache's floor, every other setting's minimum.
+    fn floor(&self, config: &TuneConfig) -> Vec<f64> {
+        let values: Vec<u64> = config
+            .settings
+            .iter()
+            .map(|s| match self.cache_floor {
+                Some(f) if s.name == "cache_bytes" => f.clamp(s.min, s.max),
+                _ => s.min,
+            })
+            .collect();
+        space::normalise(&config.settings, &values).unwrap_or_default()
+    }
+
     /// The configuration for the forecast peak, or why there is none.
     fn decide(&mut self, config: &TuneConfig) {
         let peak = self.forecast.as_ref().map(|(_, f)| f.peak());
@@ -763,7 +782,8 @@ impl Inner {
         };
         // The next run to profile: at the rate the pipeline is heading for.
         if self.next_profile.is_none() {
-            self.next_profile = Some(self.optimizer.suggest(space::rate(peak)));
+            let floor = self.floor(config);
+            self.next_profile = Some(self.optimizer.suggest(space::rate(peak), &floor));
         }
         let n = self.measured.len();
         if n < 2 {

@@ -32,8 +32,12 @@ const RHO: f64 = 0.05;
 /// Random candidates scored per suggestion, plus as many perturbations of
 /// the best points seen.
 const CANDIDATES: usize = 2000;
-/// Candidates closer than this to a run already made are not proposed.
-const MIN_DISTANCE: f64 = 1e-3;
+/// Candidates closer than this to a run already made are not proposed: a
+/// near-repeat of a run is within the noise of a profiling run's
+/// measurement and teaches the models little, while a run elsewhere
+/// does. 0.02 is 2 % of a setting's range (on a log scale for a range of
+/// decades); rates 10 % apart are 0.006 apart.
+pub(crate) const MIN_DISTANCE: f64 = 0.02;
 /// Weight vectors are drawn from this many steps of the simplex.
 const WEIGHT_STEPS: usize = 10;
 
@@ -124,9 +128,23 @@ impl Optimizer {
     }
 
     /// The settings to profile next, at `rate` (ignored without context).
-    pub(crate) fn suggest(&mut self, rate: f64) -> Vec<f64> {
+    ///
+    /// `floor` holds the least value each setting will run at (normalised;
+    /// missing ones are 0), where the run raises what it is given (the
+    /// daemon keeps the cache above the open state). Candidates are raised
+    /// to it before they are scored and compared with the runs made: a run
+    /// is observed at the settings it ran with, and candidates below the
+    /// floor that differed only there were otherwise proposed again and
+    /// again, each run a repeat of the last.
+    pub(crate) fn suggest(&mut self, rate: f64, floor: &[f64]) -> Vec<f64> {
         let settings = self.dims - usize::from(self.context);
+        let raise = |x: &mut Vec<f64>| {
+            for (v, f) in x.iter_mut().zip(floor) {
+                *v = v.max(f.clamp(0.0, 1.0));
+            }
+        };
         if let Some(mut x) = self.design.pop() {
+            raise(&mut x);
             if self.context {
                 x.push(rate);
             }
@@ -145,8 +163,8 @@ impl Optimizer {
         let objective = Gp::fit(&xs, &scalar);
         let constraints = self.constraint_models(&xs);
         let mut scored = Vec::new();
-        for x in self.candidates(settings, rate, &scalar) {
-            // A run repeated at the same point teaches the models nothing.
+        for mut x in self.candidates(settings, rate, &scalar) {
+            raise(&mut x);
             if self
                 .observations
                 .iter()
@@ -192,6 +210,7 @@ impl Optimizer {
         if best.1.is_empty() {
             // Every candidate repeated a run: any point of the space will do.
             let mut x: Vec<f64> = (0..settings).map(|_| self.rng.random::<f64>()).collect();
+            raise(&mut x);
             if self.context {
                 x.push(rate);
             }

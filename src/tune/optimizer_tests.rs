@@ -21,7 +21,7 @@ fn parego_recovers_the_known_front_of_zdt1() {
     let evaluations = 40;
     let mut opt = Optimizer::new(2, false, 0, 10, 1);
     for _ in 0..evaluations {
-        let x = opt.suggest(0.0);
+        let x = opt.suggest(0.0, &[]);
         let objectives = zdt1(&x);
         opt.observe(Observation {
             x,
@@ -64,7 +64,7 @@ fn constraints_keep_the_front_and_the_choice_feasible() {
     };
     let mut opt = Optimizer::new(2, false, 1, 8, 3);
     for _ in 0..30 {
-        let x = opt.suggest(0.0);
+        let x = opt.suggest(0.0, &[]);
         opt.observe(f(&x)).unwrap();
     }
     assert!(opt.front().iter().all(|o| o.feasible()));
@@ -102,7 +102,7 @@ fn the_choice_follows_the_rate() {
     // two rates in turn.
     for i in 0..30 {
         let rate = if i % 2 == 0 { 0.2 } else { 0.8 };
-        let x = opt.suggest(rate);
+        let x = opt.suggest(rate, &[]);
         assert_eq!(x[1], rate, "the rate is a context, never proposed");
         opt.observe(f(&x)).unwrap();
     }
@@ -129,7 +129,7 @@ fn beyond_every_settings_capacity_the_closest_choice_is_the_largest() {
     let mut opt = Optimizer::new(1, true, 1, 6, 3);
     for i in 0..30 {
         let rate = [0.2, 0.5, 0.9][i % 3];
-        let x = opt.suggest(rate);
+        let x = opt.suggest(rate, &[]);
         opt.observe(f(&x)).unwrap();
     }
     assert!(
@@ -191,7 +191,7 @@ fn the_settings_in_force_stay_unless_a_change_is_clearly_worth_it() {
     let mut opt = Optimizer::new(1, true, 1, 6, 5);
     for i in 0..30 {
         let rate = [0.2, 0.5][i % 2];
-        let x = opt.suggest(rate);
+        let x = opt.suggest(rate, &[]);
         opt.observe(f(&x)).unwrap();
     }
     let best = opt.choose(0.5, 1.0, None).expect("a choice at 0.5");
@@ -247,4 +247,33 @@ fn the_choice_weighs_savings_relative_to_what_the_rate_needs() {
     // Within noise of the best: kept.
     let kept = opt.choose(1.0, 1.0, Some(&[0.9])).expect("a choice");
     assert!(kept.in_force, "{kept:?}");
+}
+
+#[test]
+fn suggestions_are_raised_to_the_floor_and_never_near_a_run_made() {
+    // The cheap corner is below the floor on x0: a run there is raised to
+    // it, as the daemon raises a profiling run's cache. Compared before
+    // the raise, every suggestion under the floor looked new, and each run
+    // repeated the one before.
+    let floor = [0.7, 0.0];
+    let mut opt = Optimizer::new(2, false, 0, 4, 11);
+    for _ in 0..24 {
+        let x = opt.suggest(0.0, &floor);
+        assert!(x[0] >= 0.7, "below the floor: {x:?}");
+        opt.observe(Observation {
+            objectives: [x[0] + x[1], 2.0 - x[0] - 0.5 * x[1]],
+            x,
+            constraints: vec![],
+        })
+        .unwrap();
+    }
+    let xs: Vec<&Vec<f64>> = opt.observations().iter().map(|o| &o.x).collect();
+    for (i, a) in xs.iter().enumerate() {
+        for b in &xs[..i] {
+            assert!(
+                distance(a, b) >= MIN_DISTANCE,
+                "runs {a:?} and {b:?} are near-repeats"
+            );
+        }
+    }
 }
