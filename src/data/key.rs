@@ -276,9 +276,47 @@ impl<const N: usize> GroupKey for WordKey<N> {
     }
 }
 
-/// Any key, as its canonical encoding.
+/// Encodings up to this long are kept in the key itself.
+const INLINE_KEY: usize = 14;
+
+/// Any key, as its canonical encoding: short ones (a string field of up
+/// to 9 bytes, or two ints) inside the key, in the same 16 bytes a boxed
+/// slice takes. Boxed, each key of a window was also a 32-byte heap block
+/// and a pointer to follow on every lookup: with a million sensors
+/// (`"s123456"`, 12 bytes encoded) about 20 MiB of every open window, and
+/// a `malloc` for every new key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ByteKey(Box<[u8]>);
+pub(crate) enum ByteKey {
+    /// `bytes[len..]` are zero, so that equal keys are equal values.
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    /// Boxed twice so that this variant is a thin pointer and the key
+    /// stays 16 bytes.
+    #[expect(clippy::box_collection, reason = "a thin pointer, see above")]
+    Heap(Box<Box<[u8]>>),
+}
+
+impl ByteKey {
+    fn new(encoded: &[u8]) -> ByteKey {
+        if encoded.len() <= INLINE_KEY {
+            let mut bytes = [0; INLINE_KEY];
+            bytes[..encoded.len()].copy_from_slice(encoded);
+            ByteKey::Inline {
+                len: encoded.len() as u8,
+                bytes,
+            }
+        } else {
+            ByteKey::Heap(Box::new(encoded.into()))
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ByteKey::Inline { len, bytes } => &bytes[..*len as usize],
+            ByteKey::Heap(b) => b,
+        }
+    }
+}
 
 impl GroupKey for ByteKey {
     type Probe<'a> = &'a [u8];
@@ -292,23 +330,23 @@ impl GroupKey for ByteKey {
 
     #[inline]
     fn matches(&self, probe: &&[u8]) -> bool {
-        &*self.0 == *probe
+        self.bytes() == *probe
     }
 
     fn store(probe: &&[u8]) -> ByteKey {
-        ByteKey((*probe).into())
+        ByteKey::new(probe)
     }
 
     fn decode_into(&self, spec: &KeySpec, columns: &mut [Column]) {
-        spec.decode_into(&self.0, columns)
+        spec.decode_into(self.bytes(), columns)
     }
 
     fn encode(&self, _spec: &KeySpec, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.0);
+        out.extend_from_slice(self.bytes());
     }
 
     fn from_encoded(_spec: &KeySpec, bytes: &[u8]) -> Self {
-        ByteKey(bytes.into())
+        ByteKey::new(bytes)
     }
 }
 
@@ -325,7 +363,13 @@ mod tests {
             Field::new("f", DataType::Float),
         ]));
         let mut b = BatchBuilder::new(schema, 4, false);
-        for (k, s, f) in [(1, Some("a"), -0.0), (-7, None, 2.5), (1, Some("a"), 0.0)] {
+        for (k, s, f) in [
+            (1, Some("a"), -0.0),
+            (-7, None, 2.5),
+            (1, Some("a"), 0.0),
+            (2, Some("a name longer than a key holds inline"), 1.0),
+            (2, Some("a name longer than a key holds inline"), 1.0),
+        ] {
             b.column_mut(0).push_int(k);
             match s {
                 Some(s) => b.column_mut(1).push_str(s),
@@ -367,8 +411,17 @@ mod tests {
             vec![DataType::Int, DataType::Str, DataType::Float],
         );
         let cols = round_trip::<ByteKey>(&spec, &b);
-        assert_eq!(cols[0].ints(), &[1, -7], "rows 0 and 2 are one key");
+        assert_eq!(
+            cols[0].ints(),
+            &[1, -7, 2],
+            "rows 0 and 2, 3 and 4 are one key"
+        );
         assert_eq!(cols[1].get(0), ValueRef::Str("a"));
+        assert_eq!(
+            cols[1].get(2),
+            ValueRef::Str("a name longer than a key holds inline")
+        );
+        assert_eq!(std::mem::size_of::<ByteKey>(), 16);
         assert!(cols[1].is_null(1));
         assert_eq!(cols[2].float(0), Some(0.0));
         assert_eq!(spec.hash_row(&b, 0), spec.hash_row(&b, 2));
@@ -384,7 +437,7 @@ mod tests {
         let spec = KeySpec::new(vec![2, 0], vec![DataType::Float, DataType::Int]);
         assert_eq!(spec.word_fields(), Some(2));
         let cols = round_trip::<WordKey<2>>(&spec, &b);
-        assert_eq!(cols[1].ints(), &[1, -7]);
+        assert_eq!(cols[1].ints(), &[1, -7, 2]);
         assert_eq!(cols[0].float(1), Some(2.5));
     }
 

@@ -16,14 +16,21 @@ use crate::data::GroupKey;
 use crate::kernel::hash::bin_of;
 
 /// Numeric accumulator words kept in the entry itself; windows with more
-/// keep them all in the pane's `spill` array instead.
-pub(super) const INLINE_WORDS: usize = 3;
+/// keep them all in the pane's `spill` array instead. Five hold the
+/// presence bits, `count`, `avg` and one `min` or `max` (the usual
+/// per-sensor summary), or `count`, `sum`, `min` and `max`. With three,
+/// such a window kept its words in `spill` (40 bytes a key, and up to as
+/// much again as the array grew) beside 24 unused bytes in every slot;
+/// a window of one `count` now has 24 unused bytes a slot instead of 8.
+pub(super) const INLINE_WORDS: usize = 5;
 
-/// One key of a window: its hash (which also gives its bin), the key, its
-/// numeric accumulators, and its index (into the per-key arrays of
-/// [`Slots`]). An index stays the key's while it is in the pane.
+/// One key of a window: the key, its numeric accumulators, and its index
+/// (into the per-key arrays of [`Slots`], which also hold its hash). An
+/// index stays the key's while it is in the pane. The hash is not kept
+/// here too: a slot is paid for at every empty place of the table (at
+/// 1M keys, 1/2 to 7/8 full), the hashes array per key only, and the
+/// table needs a key's hash only to grow.
 pub(super) struct Entry<K> {
-    pub(super) hash: u64,
     pub(super) key: K,
     pub(super) index: u32,
     pub(super) num: [u64; INLINE_WORDS],
@@ -149,23 +156,27 @@ impl<K: GroupKey> Pane<K> {
     ) -> (u32, bool) {
         let (n, o) = (aggs.num_len(), aggs.other_len());
         let mut new = false;
-        let entry = match self.table.entry(hash, |e| e.key.matches(probe), |e| e.hash) {
-            hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                // The index is taken here, not before the probe: the probe
-                // loop needs the registers.
-                new = true;
-                let index = self.slots.add(hash, aggs);
-                vacant
-                    .insert(Entry {
-                        hash,
-                        key: K::store(probe),
-                        index,
-                        num: [0; INLINE_WORDS],
-                    })
-                    .into_mut()
-            }
-        };
+        let hashes = &self.slots.hashes;
+        let entry =
+            match self
+                .table
+                .entry(hash, |e| e.key.matches(probe), |e| hashes[e.index as usize])
+            {
+                hashbrown::hash_table::Entry::Occupied(found) => found.into_mut(),
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    // The index is taken here, not before the probe: the probe
+                    // loop needs the registers.
+                    new = true;
+                    let index = self.slots.add(hash, aggs);
+                    vacant
+                        .insert(Entry {
+                            key: K::store(probe),
+                            index,
+                            num: [0; INLINE_WORDS],
+                        })
+                        .into_mut()
+                }
+            };
         let i = entry.index as usize;
         let num = if n > INLINE_WORDS {
             &mut self.slots.spill[i * n..(i + 1) * n]
@@ -195,7 +206,6 @@ impl<K: GroupKey> Pane<K> {
         let index = self.slots.add(hash, aggs);
         let i = index as usize;
         let mut entry = Entry {
-            hash,
             key,
             index,
             num: [0; INLINE_WORDS],
@@ -209,7 +219,9 @@ impl<K: GroupKey> Pane<K> {
         for (slot, acc) in self.slots.other[i * o..(i + 1) * o].iter_mut().zip(other) {
             *slot = acc;
         }
-        self.table.insert_unique(hash, entry, |e| e.hash);
+        let hashes = &self.slots.hashes;
+        self.table
+            .insert_unique(hash, entry, |e| hashes[e.index as usize]);
         index
     }
 
@@ -234,7 +246,7 @@ impl<K: GroupKey> Pane<K> {
                 picked[b as usize] = true;
             }
             for entry in self.table.iter() {
-                let bin = bin_of(entry.hash, n);
+                let bin = bin_of(self.hash(entry), n);
                 if picked[bin as usize] {
                     visit(bin, entry);
                 }
@@ -271,7 +283,7 @@ impl<K: GroupKey> Pane<K> {
                 slots.keys[b as usize] = 0;
             }
             table.retain(|e| {
-                let keep = !picked[bin_of(e.hash, n) as usize];
+                let keep = !picked[bin_of(slots.hashes[e.index as usize], n) as usize];
                 if !keep {
                     slots.release(e.index, aggs);
                 }
@@ -283,6 +295,11 @@ impl<K: GroupKey> Pane<K> {
             freed.sort_unstable();
             prefired.retain(|i| freed.binary_search(i).is_err());
         }
+    }
+
+    /// The hash of `entry`'s key.
+    pub(super) fn hash(&self, entry: &Entry<K>) -> u64 {
+        self.slots.hashes[entry.index as usize]
     }
 
     /// The key of hash `hash` and index `index`.

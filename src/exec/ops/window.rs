@@ -196,12 +196,10 @@ impl<K: GroupKey> Window<K> {
         } else {
             0
         };
-        let heap = if plan.key.word_fields().is_none() {
-            32
-        } else {
-            0
-        };
-        (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>() + heap) as u64
+        // A key of several fields or a string is a `ByteKey`: inline up
+        // to 14 bytes encoded (a string of 9), a heap block beyond, which
+        // this leaves out.
+        (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>()) as u64
     }
 
     /// Puts an evicted bin's keys back in memory: of windows still open,
@@ -623,9 +621,11 @@ impl<K: GroupKey> Operator for Window<K> {
             }
             // Its keys leave the (durable) state: their bins change.
             if let Some(c) = &mut self.cache {
-                for e in entry.get().pane.table.iter() {
-                    self.dirty.mark(e.hash);
-                    c.removed(bin_of(e.hash, self.dirty.bins()), 1);
+                let pane = &entry.get().pane;
+                for e in pane.table.iter() {
+                    let hash = pane.hash(e);
+                    self.dirty.mark(hash);
+                    c.removed(bin_of(hash, self.dirty.bins()), 1);
                 }
             }
             entry.remove();
