@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-/// A sliding window over 20 000 sensors (more than 12 MiB of open state)
+/// A sliding window over 40 000 sensors (more than 12 MiB of open state)
 /// whose tuner may choose caches of 1 to 16 MiB, with a profiling run
 /// every second.
 const PIPELINE: &str = r#"
@@ -36,7 +36,7 @@ profile_budget = 1
 [sources.g]
 type = "generator"
 schema = "readings"
-keys = 20000
+keys = 40000
 rate = 5000
 
 [transforms.per_sensor]

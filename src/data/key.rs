@@ -291,7 +291,6 @@ pub(crate) enum ByteKey {
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
     /// Boxed twice so that this variant is a thin pointer and the key
     /// stays 16 bytes.
-    #[expect(clippy::box_collection, reason = "a thin pointer, see above")]
     Heap(Box<Box<[u8]>>),
 }
 
