@@ -175,6 +175,28 @@ fn small_cache(s: &Scratch, name: &str, cache: &str) -> std::path::PathBuf {
     s.write(&format!("{name}.toml"), &text)
 }
 
+/// Runs `config` with `--stats`; returns stderr and the window's
+/// `(evictions, loads back)`.
+fn run_spilling(config: &std::path::Path) -> (String, u64, u64) {
+    let out = output_within(
+        eddy()
+            .arg("run")
+            .arg("--stats")
+            .arg(config)
+            .stdin(Stdio::null()),
+        RUN_LIMIT,
+    );
+    let stats = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stats}");
+    let line = stats
+        .lines()
+        .find(|l| l.contains("state over the cache"))
+        .unwrap_or_else(|| panic!("no evictions:\n{stats}"));
+    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(numbers.len(), 2, "{line}");
+    (stats, numbers[0], numbers[1])
+}
+
 #[test]
 fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
     let s = Scratch::new();
@@ -191,41 +213,48 @@ fn state_larger_than_the_cache_spills_to_the_store_and_stays_correct() {
     s.write("in.jsonl", &text);
     let roomy = run_ok(&small_cache(&s, "roomy", "256MiB"));
     assert!(!String::from_utf8_lossy(&roomy.stderr).contains("does not fit"));
-    let out = output_within(
-        eddy()
-            .arg("run")
-            .arg("--stats")
-            .arg(small_cache(&s, "cramped", "64KiB"))
-            .stdin(Stdio::null()),
-        RUN_LIMIT,
-    );
-    let stats = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stats}");
-    // The state really did leave memory and come back.
-    let line = stats
-        .lines()
-        .find(|l| l.contains("state over the cache"))
-        .unwrap_or_else(|| panic!("no evictions:\n{stats}"));
-    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-    assert!(
-        numbers.len() == 2 && numbers[0] > 10 && numbers[1] > 10,
-        "{line}"
-    );
-    // Bins cycle through the store here, and the operator is told so.
-    assert!(
-        stats.contains("does not fit its cache share")
-            && stats.contains("raise [state] cache_bytes"),
-        "no warning about the cache:
-{stats}"
-    );
     let roomy = multiset(&json_lines(&s.read("roomy.jsonl")));
-    let cramped = multiset(&json_lines(&s.read("cramped.jsonl")));
     assert!(roomy.len() > 50_000, "{} rows", roomy.len());
+
+    // Every key is hot and the state is far over the cache: bins leave
+    // memory as runs of partial aggregates and are never read back for a
+    // record, only merged when their windows fire and at checkpoints.
+    let (stats, evictions, loads) = run_spilling(&small_cache(&s, "cramped", "64KiB"));
+    assert!(
+        evictions > 10 && loads == 0,
+        "{evictions} evictions, {loads} loads back"
+    );
+    assert!(!stats.contains("does not fit"), "{stats}");
+    let cramped = multiset(&json_lines(&s.read("cramped.jsonl")));
     assert!(
         cramped == roomy,
         "a 64 KiB cache gives other results ({} rows vs {})",
         cramped.len(),
         roomy.len()
+    );
+
+    // With allowed lateness a late record re-emits its key's whole result,
+    // so bins come back whole: they cycle through the store, and the
+    // operator is told so.
+    let late = small_cache(&s, "late", "64KiB");
+    let text = std::fs::read_to_string(&late).unwrap().replace(
+        "size = \"20s\" }",
+        "size = \"20s\", allowed_lateness = \"2s\" }",
+    );
+    std::fs::write(&late, text).unwrap();
+    let (stats, evictions, loads) = run_spilling(&late);
+    assert!(
+        evictions > 10 && loads > 10,
+        "{evictions} evictions, {loads} loads back"
+    );
+    assert!(
+        stats.contains("does not fit its cache share")
+            && stats.contains("raise [state] cache_bytes"),
+        "no warning about the cache:\n{stats}"
+    );
+    assert!(
+        multiset(&json_lines(&s.read("late.jsonl"))) == roomy,
+        "with allowed lateness, a 64 KiB cache gives other results"
     );
 
     // And through crashes.

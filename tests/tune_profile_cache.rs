@@ -10,9 +10,9 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-/// A sliding window over 40 000 sensors (more than 12 MiB of open state)
-/// whose tuner may choose caches of 1 to 16 MiB, with a profiling run
-/// every second.
+/// A sliding window with allowed lateness over 40 000 sensors (more than
+/// 12 MiB of open state) whose tuner may choose caches of 1 to 16 MiB,
+/// with a profiling run every second.
 const PIPELINE: &str = r#"
 [node]
 data_dir = "{data}"
@@ -43,7 +43,7 @@ rate = 5000
 type = "window"
 inputs = ["g"]
 key = ["sensor"]
-window = { kind = "hopping", size = "10s", slide = "1s" }
+window = { kind = "hopping", size = "10s", slide = "1s", allowed_lateness = "1s" }
 aggregates = { n = "count(*)" }
 
 [sinks.b]
@@ -70,9 +70,10 @@ fn observations(port: u16) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// A run with a cache the state outgrows measures bins cycling through
-/// sled, which no applied choice runs with: once the state passes 12 MiB,
-/// every run has 16 MiB, the top of the range, whatever the candidate.
+/// With allowed lateness, a run with a cache the state outgrows measures
+/// bins cycling through sled, which no applied choice runs with: once the
+/// state passes 12 MiB, every run has 16 MiB, the top of the range,
+/// whatever the candidate.
 #[test]
 fn profiling_runs_measure_the_cache_above_the_open_state() {
     let s = Scratch::new();

@@ -655,8 +655,8 @@ fn profile_loop(
 }
 
 /// A profiling run measures settings as they would run: applied, the
-/// cache is kept above the open state (`tune_apply::cache_floor`), since
-/// a cache the state outgrows sends bins through sled on every batch. A
+/// cache is kept above the open state (`tune_apply::cache_floor`) where a
+/// cache the state outgrows sends bins through sled on every batch. A
 /// run with a smaller one measured that thrashing instead (in `eddy bench
 /// tune` one worker fell behind at half the peak with a 32 MiB cache), and
 /// the models took it against the workers and batch size it ran with.
@@ -677,7 +677,7 @@ fn raise_cache_as_applied(
     else {
         return None;
     };
-    let floor = super::tune_apply::cache_floor(reporter, scale.max(1.0));
+    let floor = super::tune_apply::cache_floor(reporter, scale.max(1.0))?;
     let floor = floor.min(range.max.min(config.profile_memory_bytes / 2));
     *cache = (*cache).max(floor);
     Some(floor)

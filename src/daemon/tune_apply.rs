@@ -51,12 +51,18 @@ pub(crate) fn apply(
             }
             "cache_bytes" if stateful => {
                 let state = open_state_bytes(reporter);
-                let floor = (state as f64 * CACHE_HEADROOM) as u64;
+                let floor = if reloads_whole_bins(plan) {
+                    (state as f64 * CACHE_HEADROOM) as u64
+                } else {
+                    0
+                };
                 shared.live.set_cache_bytes(v.max(floor));
                 if v < floor {
                     raised(floor, state)
                 } else {
-                    "live: window state beyond it spills to sled at the next batch".to_string()
+                    "live: window state beyond it spills at the next batch, as partial \
+                     aggregates merged when windows fire and at checkpoints"
+                        .to_string()
                 }
             }
             "checkpoint_interval" | "cache_bytes" => {
@@ -79,11 +85,12 @@ pub(crate) fn apply(
     Ok(outcome)
 }
 
-/// How much more cache than open state the tuner keeps: the state grows
-/// between two of its steps and with the rate, and a cache the state
-/// outgrows sends bins through sled on every batch (in `eddy bench tune`
-/// a 23 MiB choice made at a tenth of the peak took 4 GiB of RSS and
-/// stopped the output at the peak).
+/// How much more cache than open state the tuner keeps where a cache the
+/// state outgrows sends bins through sled on every batch
+/// ([`reloads_whole_bins`]): the state grows between two of its steps and
+/// with the rate (in `eddy bench tune` a 23 MiB choice made at a tenth of
+/// the peak took 4 GiB of RSS and stopped the output at the peak, before
+/// windows spilled partial aggregates).
 const CACHE_HEADROOM: f64 = 1.5;
 /// Re-checked every step: raised once the state passes this share of it.
 const CACHE_HIGH_WATER: f64 = 0.8;
@@ -97,10 +104,26 @@ fn open_state_bytes(reporter: &Reporter) -> u64 {
         .sum()
 }
 
+/// Whether a window of the plan brings spilled bins back whole for a
+/// record: a tumbling or hopping window with allowed lateness, where a
+/// late record re-emits its key's whole result. Every other window takes
+/// records for spilled bins as partial aggregates, so any cache works
+/// (what a small one costs, profiling runs measure).
+pub(crate) fn reloads_whole_bins(plan: &crate::plan::Plan) -> bool {
+    plan.nodes.iter().any(|n| match &n.op {
+        crate::plan::OpSpec::Window(w) => {
+            w.allowed_lateness_ms > 0
+                && !matches!(w.kind, crate::config::WindowKind::Session { .. })
+        }
+        _ => false,
+    })
+}
+
 /// The cache [`apply`] keeps at least, for open state `scale` times this
-/// node's now.
-pub(crate) fn cache_floor(reporter: &Reporter, scale: f64) -> u64 {
-    (open_state_bytes(reporter) as f64 * scale * CACHE_HEADROOM) as u64
+/// node's now; `None` where any cache works ([`reloads_whole_bins`]).
+pub(crate) fn cache_floor(reporter: &Reporter, scale: f64) -> Option<u64> {
+    reloads_whole_bins(reporter.plan())
+        .then(|| (open_state_bytes(reporter) as f64 * scale * CACHE_HEADROOM) as u64)
 }
 
 fn raised(to: u64, state: u64) -> String {
@@ -117,7 +140,9 @@ fn raised(to: u64, state: u64) -> String {
 pub(crate) fn keep_cache_above_state(reporter: &Reporter) -> Option<(u64, String)> {
     let shared = reporter.shared();
     let state = open_state_bytes(reporter);
-    if state as f64 <= shared.live.cache_bytes() as f64 * CACHE_HIGH_WATER {
+    if !reloads_whole_bins(reporter.plan())
+        || state as f64 <= shared.live.cache_bytes() as f64 * CACHE_HIGH_WATER
+    {
         return None;
     }
     let to = (state as f64 * CACHE_HEADROOM) as u64;
@@ -171,5 +196,54 @@ fn workers(reporter: &Reporter, want: usize) -> Result<String, Retry> {
         )),
         Err(RebalanceError::Busy(m)) => Err(Retry(m)),
         Err(RebalanceError::Failed(m)) => Ok(format!("not applied: the migration failed: {m}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn plan(window: &str) -> crate::plan::Plan {
+        let toml = format!(
+            r#"
+[sources.g]
+type = "generator"
+schema = "readings"
+[transforms.w]
+type = "window"
+inputs = ["g"]
+key = ["sensor"]
+window = {window}
+aggregates = {{ n = "count(*)" }}
+[sinks.out]
+type = "blackhole"
+inputs = ["w"]
+"#
+        );
+        let (config, mut d) = crate::config::parse("<test>", &toml);
+        crate::plan::build(&config, &mut d).unwrap_or_else(|| panic!("{}", d.render()))
+    }
+
+    /// Only a tumbling or hopping window with allowed lateness needs the
+    /// cache above its open state.
+    #[test]
+    fn only_windows_with_allowed_lateness_bring_bins_back_whole() {
+        for (window, reloads) in [
+            (r#"{ kind = "tumbling", size = "10s" }"#, false),
+            (r#"{ kind = "hopping", size = "10s", slide = "1s" }"#, false),
+            (r#"{ kind = "session", gap = "1s" }"#, false),
+            (
+                r#"{ kind = "tumbling", size = "10s", allowed_lateness = "1s" }"#,
+                true,
+            ),
+            (
+                r#"{ kind = "hopping", size = "10s", slide = "1s", allowed_lateness = "1s" }"#,
+                true,
+            ),
+        ] {
+            assert_eq!(
+                super::reloads_whole_bins(&plan(window)),
+                reloads,
+                "{window}"
+            );
+        }
     }
 }

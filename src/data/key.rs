@@ -159,7 +159,7 @@ pub(crate) fn encode_value(v: ValueRef<'_>, out: &mut Vec<u8>) {
 }
 
 /// A key as operator state holds it.
-pub(crate) trait GroupKey: Sized + Send + 'static {
+pub(crate) trait GroupKey: Sized + Send + PartialEq + 'static {
     /// A row's key, ready to compare with stored keys.
     type Probe<'a>;
 

@@ -32,6 +32,9 @@ pub(crate) struct Snapshot {
     /// Sources: their position, as `(split, position)` pairs.
     pub(crate) position: Vec<(u32, Vec<u8>)>,
     pub(crate) watermark: i64,
+    /// The operator could not take its snapshot: the pipeline fails, and
+    /// this checkpoint never completes.
+    pub(crate) failure: Option<String>,
 }
 
 /// Told the id of every committed checkpoint.

@@ -799,7 +799,12 @@ impl Worker {
         if !aligned {
             return;
         }
-        let snapshot = self.snapshot_node(node, id);
+        let mut snapshot = self.snapshot_node(node, id);
+        if let Some(failure) = snapshot.failure.take() {
+            let component = &self.nodes[node].component;
+            self.shared.fail(format!("{component}: {failure}"));
+            return;
+        }
         if let Some(cp) = &self.shared.checkpoints {
             cp.submit(node, self.id, id, snapshot);
         }

@@ -23,6 +23,7 @@ mod entries;
 pub(crate) mod inspect;
 mod lock;
 mod record;
+mod run_file;
 mod store;
 pub(crate) mod transfer;
 
@@ -30,4 +31,5 @@ pub(crate) use chunk::Chunk;
 pub(crate) use entries::BinEntries;
 
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
+pub(crate) use run_file::{Run, RunFile};
 pub(crate) use store::{BinContent, BinWrite, Store, StoreError, now_ms};

@@ -41,14 +41,15 @@ impl BinBytes {
     }
 
     /// Sums the keys in memory per bin (one slice of per-bin counts per
-    /// part of the state, each as long as the metrics' slots) and publishes
-    /// their bytes; bins for which `kept(bin)` is false (their state is in
-    /// the store, not in memory) keep the bytes published before.
+    /// part of the state, each as long as the metrics' slots) and the
+    /// entries of each bin in the store (`stored(bin)`; a key in several
+    /// pieces counts in each, so this bounds the bin from above), and
+    /// publishes their bytes.
     pub(super) fn publish<'a>(
         &mut self,
         metrics: &OpMetrics,
         parts: impl Iterator<Item = &'a [u32]>,
-        kept: impl Fn(u32) -> bool,
+        stored: impl Fn(u32) -> u64,
     ) {
         self.counted_at = Some(Instant::now());
         let slots = &metrics.bin_state_bytes;
@@ -60,9 +61,7 @@ impl BinBytes {
             }
         }
         for (bin, (slot, &keys)) in slots.iter().zip(&self.counts).enumerate() {
-            if kept(bin as u32) {
-                slot.store(keys * self.entry_bytes, Relaxed);
-            }
+            slot.store((keys + stored(bin as u32)) * self.entry_bytes, Relaxed);
         }
     }
 }

@@ -1,15 +1,24 @@
 //! The state cache of a window operator: which bins are in memory, about
 //! how many bytes they take, and which to evict when over the budget.
 //!
-//! An evicted bin's state is in the store: in the newest committed
-//! checkpoint when it has not changed since, else in a version spilled on
-//! eviction, which the next checkpoint adopts. A record for an evicted bin
-//! loads it back first; firing windows read evicted bins from the store.
+//! A bin is [`Residency::Full`] (its whole state in memory),
+//! [`Residency::Out`] (none of it), or [`Residency::Partial`]: partial
+//! aggregates in memory over a base in the store. The base is a list of
+//! pieces whose merge is the rest of the state: the newest committed
+//! checkpoint's version, versions spilled whole on eviction (in the
+//! store), and runs of partial aggregates spilled from a partial bin (in
+//! a [`RunFile`]). A record for a bin that
+//! is out starts fresh partial aggregates instead of reading the bin back
+//! (external aggregation, as a combiner does): with every key hot and the
+//! state over the budget, loading bins back cycled whole bins through the
+//! store on every batch, and 30 s of input at 100 k records/s took over
+//! 120 s. Firing, exporting and checkpointing merge a bin's pieces one bin
+//! at a time; a checkpoint compacts them into one version it can adopt.
 
 use std::sync::Arc;
 
 use crate::exec::checkpoint::Checkpoints;
-use crate::state::{BinRecord, Chunk, StoreError};
+use crate::state::{BinRecord, Chunk, Run, RunFile, StoreError};
 
 /// Where an operator's spilled state lives.
 pub(crate) struct StateAccess {
@@ -20,19 +29,44 @@ pub(crate) struct StateAccess {
     pub(crate) budget: crate::exec::live::CacheBudget,
 }
 
+/// One piece of a bin's base.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Piece {
+    /// A version in the store.
+    Stored(BinRecord),
+    /// Partial aggregates in the run file.
+    Run(Run),
+}
+
+/// Where a bin's state is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Residency {
+    Full,
+    /// Partial aggregates in memory, the rest in the base.
+    Partial,
+    /// All of it in the base.
+    Out,
+}
+
 pub(super) struct BinCache {
     access: StateAccess,
     /// Estimated bytes of one key in memory.
     entry_bytes: u64,
-    resident: Vec<bool>,
+    mode: Vec<Residency>,
     /// Keys in memory, per bin (summed over windows).
     keys: Vec<u64>,
     last_used: Vec<u64>,
     tick: u64,
     total_keys: u64,
-    /// Bins whose newest state is a spilled (not yet adopted, or adopted
-    /// and unchanged since) version.
-    spilled: std::collections::BTreeMap<u32, BinRecord>,
+    /// Pieces of a bin spilled since (oldest first; a version not yet
+    /// adopted, or adopted and unchanged since, then runs). With none,
+    /// the bin's base is its committed version.
+    runs: std::collections::BTreeMap<u32, Vec<Piece>>,
+    /// Opened at the first run.
+    run_file: Option<RunFile>,
+    /// Per bin: its committed version is part of its base beneath its runs
+    /// (runs of partial aggregates were spilled over it).
+    over_committed: Vec<bool>,
     thrash: Thrash,
 }
 
@@ -58,12 +92,14 @@ impl BinCache {
         BinCache {
             access,
             entry_bytes: entry_bytes.max(1),
-            resident: vec![true; n],
+            mode: vec![Residency::Full; n],
             keys: vec![0; n],
             last_used: vec![0; n],
             tick: 0,
             total_keys: 0,
-            spilled: std::collections::BTreeMap::new(),
+            runs: std::collections::BTreeMap::new(),
+            run_file: None,
+            over_committed: vec![false; n],
             thrash: Thrash {
                 since: std::time::Instant::now(),
                 loads: 0,
@@ -77,7 +113,7 @@ impl BinCache {
     pub(super) fn watch_thrash(&mut self) {
         let resident = self.resident_bytes();
         let budget = self.access.budget.bytes();
-        let bins = self.resident.len() as u64;
+        let bins = self.mode.len() as u64;
         let t = &mut self.thrash;
         t.peak_bytes = t.peak_bytes.max(resident);
         let secs = t.since.elapsed().as_secs_f64();
@@ -89,7 +125,7 @@ impl BinCache {
             let mib = |b: u64| b as f64 / (1 << 20) as f64;
             tracing::warn!(
                 operator = %self.access.op,
-                                "the state of {}'s open windows (at least {:.1} MiB on this worker) does not fit its cache share ({:.2} MiB): {} bins came back from the store in {:.1} s, so bins cycle through sled on every batch and throughput falls sharply; raise [state] cache_bytes (at least {:.1}x)",
+                "the state of {}'s open windows (at least {:.1} MiB on this worker) does not fit its cache share ({:.2} MiB) while late records update fired windows: {} bins came back from the store in {:.1} s, so bins cycle through sled and throughput falls sharply; raise [state] cache_bytes (at least {:.1}x)",
                 self.access.op,
                 mib(t.peak_bytes),
                 mib(budget),
@@ -103,8 +139,30 @@ impl BinCache {
     }
 
     #[inline]
-    pub(super) fn is_resident(&self, bin: u32) -> bool {
-        self.resident[bin as usize]
+    pub(super) fn mode(&self, bin: u32) -> Residency {
+        self.mode[bin as usize]
+    }
+
+    #[inline]
+    pub(super) fn is_full(&self, bin: u32) -> bool {
+        self.mode[bin as usize] == Residency::Full
+    }
+
+    /// Whether every bin's state is whole in memory.
+    pub(super) fn all_full(&self) -> bool {
+        self.mode.iter().all(|&m| m == Residency::Full)
+    }
+
+    /// A bin that is out takes records as partial aggregates; with nothing
+    /// in the store it is whole in memory.
+    pub(super) fn take_partial(&mut self, bin: u32) {
+        let b = bin as usize;
+        debug_assert_eq!(self.mode[b], Residency::Out);
+        self.mode[b] = if self.pieces(bin).is_empty() {
+            Residency::Full
+        } else {
+            Residency::Partial
+        };
     }
 
     #[inline]
@@ -141,8 +199,8 @@ impl BinCache {
         if !self.over_budget() {
             return Vec::new();
         }
-        let mut candidates: Vec<u32> = (0..self.resident.len() as u32)
-            .filter(|&b| self.resident[b as usize] && self.keys[b as usize] > 0)
+        let mut candidates: Vec<u32> = (0..self.mode.len() as u32)
+            .filter(|&b| self.mode[b as usize] != Residency::Out && self.keys[b as usize] > 0)
             .collect();
         candidates.sort_by_key(|&b| self.last_used[b as usize]);
         let target = self.access.budget.bytes() / 10 * 9;
@@ -162,30 +220,86 @@ impl BinCache {
     pub(super) fn evicted(&mut self, bin: u32) {
         let n = self.keys[bin as usize];
         self.removed(bin, n);
-        self.resident[bin as usize] = false;
+        self.mode[bin as usize] = Residency::Out;
     }
 
+    /// The bin's base was merged into memory: it is whole there now.
     pub(super) fn loaded(&mut self, bin: u32) {
-        self.resident[bin as usize] = true;
+        self.mode[bin as usize] = Residency::Full;
         self.thrash.loads += 1;
     }
 
-    /// Bins not in memory.
-    pub(super) fn evicted_bins(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.resident.len() as u32).filter(|&b| !self.resident[b as usize])
+    /// Bins not whole in memory.
+    pub(super) fn split_bins(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.mode.len() as u32).filter(|&b| self.mode[b as usize] != Residency::Full)
     }
 
-    /// An evicted bin's state, chunk by chunk: its spilled version if it
-    /// has one, else the committed one.
+    /// The versions in the store whose merge (with a partial bin's
+    /// aggregates in memory) is the bin's state; empty for a whole bin.
+    pub(super) fn pieces(&self, bin: u32) -> Vec<Piece> {
+        let runs = self.runs.get(&bin).map_or(&[][..], Vec::as_slice);
+        let mut out = Vec::with_capacity(runs.len() + 1);
+        if runs.is_empty() || self.over_committed[bin as usize] {
+            out.extend(self.stored(bin).map(Piece::Stored));
+        }
+        out.extend_from_slice(runs);
+        out
+    }
+
+    /// Entries of the bin's pieces in the store (a key in several pieces
+    /// counts in each).
+    pub(super) fn stored_entries(&self, bin: u32) -> u64 {
+        if self.mode[bin as usize] == Residency::Full {
+            return 0;
+        }
+        self.pieces(bin)
+            .iter()
+            .map(|p| match p {
+                Piece::Stored(r) => r.entries,
+                Piece::Run(r) => r.entries,
+            })
+            .sum()
+    }
+
+    /// Whether the checkpoint must merge the bin's pieces (and partial
+    /// aggregates) into one version before it can adopt it.
+    pub(super) fn needs_compaction(&self, bin: u32) -> bool {
+        // A whole bin holds its pieces merged already; one loaded from
+        // several is dirty, so the checkpoint writes it whole.
+        let runs = self.runs.get(&bin).map_or(&[][..], Vec::as_slice);
+        match self.mode[bin as usize] {
+            Residency::Full => false,
+            Residency::Partial => true,
+            Residency::Out => match runs {
+                [] => false,
+                [Piece::Stored(_)] => self.over_committed[bin as usize],
+                _ => true,
+            },
+        }
+    }
+
+    /// The bin's pieces in the store, chunk by chunk.
     pub(super) fn read(&self, bin: u32) -> Result<Vec<Chunk>, StoreError> {
-        let Some(record) = self.spilled.get(&bin).copied().or_else(|| self.stored(bin)) else {
-            return Ok(Vec::new());
-        };
-        self.access
-            .checkpoints
-            .store()
-            .read_bin(&self.access.op, &record)
-            .collect()
+        let store = self.access.checkpoints.store();
+        let mut chunks = Vec::new();
+        for piece in self.pieces(bin) {
+            match piece {
+                Piece::Stored(record) => {
+                    for chunk in store.read_bin(&self.access.op, &record) {
+                        chunks.push(chunk?);
+                    }
+                }
+                Piece::Run(run) => {
+                    let file = self.run_file.as_ref().expect("a run is in the file");
+                    let entries = file.read(run).map_err(StoreError)?;
+                    let entries = entries.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    chunks.push(Chunk {
+                        entries: entries.collect(),
+                    });
+                }
+            }
+        }
+        Ok(chunks)
     }
 
     fn stored(&self, bin: u32) -> Option<BinRecord> {
@@ -200,7 +314,8 @@ impl BinCache {
         self.access.checkpoints.store().latest_id() >= id
     }
 
-    /// Writes a bin's state to the store before it leaves memory.
+    /// Writes a bin's whole state to the store (before it leaves memory):
+    /// it replaces the bin's base.
     pub(super) fn spill(
         &mut self,
         bin: u32,
@@ -211,32 +326,66 @@ impl BinCache {
             .checkpoints
             .store()
             .spill(&self.access.op, bin, entries)?;
-        if let Some(old) = self.spilled.insert(bin, rec) {
-            self.access
-                .checkpoints
-                .store()
-                .release(&self.access.op, bin, old.version);
-        }
+        self.superseded(bin);
+        self.runs.insert(bin, vec![Piece::Stored(rec)]);
         Ok(())
     }
 
-    /// The bin changed and will be written whole: its spilled version is
-    /// superseded.
+    /// Writes a partial bin's aggregates to the store as one more piece of
+    /// its base.
+    pub(super) fn spill_run(
+        &mut self,
+        bin: u32,
+        entries: &crate::state::BinEntries,
+    ) -> Result<(), StoreError> {
+        debug_assert_eq!(self.mode[bin as usize], Residency::Partial);
+        if self.run_file.is_none() {
+            let store = self.access.checkpoints.store();
+            let dir = store.dir().with_file_name("spill");
+            self.run_file = Some(RunFile::create(&dir, &self.access.op).map_err(StoreError)?);
+        }
+        let file = self.run_file.as_mut().expect("opened above");
+        let run = file.append(entries).map_err(StoreError)?;
+        if self.runs.get(&bin).is_none_or(Vec::is_empty) {
+            self.over_committed[bin as usize] = self.stored(bin).is_some();
+        }
+        self.runs.entry(bin).or_default().push(Piece::Run(run));
+        Ok(())
+    }
+
+    /// The bin will be written whole: its spilled versions are superseded.
     pub(super) fn superseded(&mut self, bin: u32) {
-        if let Some(old) = self.spilled.remove(&bin) {
-            self.access
-                .checkpoints
-                .store()
-                .release(&self.access.op, bin, old.version);
+        self.over_committed[bin as usize] = false;
+        for old in self.runs.remove(&bin).unwrap_or_default() {
+            match old {
+                Piece::Stored(rec) => {
+                    self.access
+                        .checkpoints
+                        .store()
+                        .release(&self.access.op, bin, rec.version)
+                }
+                Piece::Run(run) => {
+                    if let Some(f) = &mut self.run_file {
+                        f.release(run);
+                    }
+                }
+            }
         }
     }
 
-    /// Spilled bins for the checkpoint to adopt (those not `changed`).
+    /// Spilled bins for the checkpoint to adopt (those not `changed`);
+    /// every one is a single whole version after compaction.
     pub(super) fn spilled_for_checkpoint(&self, changed: &[u32]) -> Vec<(u32, BinRecord)> {
-        self.spilled
+        self.runs
             .iter()
             .filter(|(b, _)| changed.binary_search(b).is_err())
-            .map(|(b, r)| (*b, *r))
+            .filter_map(|(b, pieces)| match pieces.as_slice() {
+                [Piece::Stored(r)] if !self.over_committed[*b as usize] => Some((*b, *r)),
+                _ => {
+                    debug_assert!(false, "bin {b} was not compacted");
+                    None
+                }
+            })
             .collect()
     }
 }
@@ -280,7 +429,7 @@ mod tests {
             c.evicted(b);
         }
         assert_eq!(c.resident_bytes(), 500);
-        assert!(!c.is_resident(2) && c.is_resident(0));
-        assert_eq!(c.evicted_bins().collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(!c.is_full(2) && c.is_full(0));
+        assert_eq!(c.split_bins().collect::<Vec<_>>(), vec![1, 2, 3]);
     }
 }

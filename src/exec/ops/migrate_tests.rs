@@ -451,6 +451,47 @@ fn spilled_window_state_fires_as_in_memory_state_does() {
     same_rows_at_end((&mut spilled, &mut a), (&mut reference, &mut r));
 }
 
+/// Far over its budget, a window takes records for bins out of memory as
+/// partial aggregates and never reads a bin back for a record. A
+/// checkpoint merges every such bin's pieces into one version; an
+/// instance restored from that checkpoint fires the rows the in-memory
+/// state does.
+#[test]
+fn partial_aggregates_merge_into_one_version_per_bin_at_a_checkpoint() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = Spilled::new();
+    let [(mut spilled, a), (mut reference, mut r)] = s.fed();
+    assert_eq!(a.metrics.state_loads.load(Relaxed), 0, "no bin read back");
+    let snapshot = spilled.snapshot(1);
+    assert!(snapshot.failure.is_none());
+    assert!(
+        snapshot.spilled.len() > BINS as usize / 2,
+        "{} bins adopted",
+        snapshot.spilled.len()
+    );
+    let store = s.checkpoints.store();
+    let mut restored = s.window("restored", None);
+    let mut bins = std::collections::BTreeSet::new();
+    for (bin, record) in &snapshot.spilled {
+        assert!(bins.insert(*bin), "bin {bin} twice");
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = store
+            .read_bin("op", record)
+            .flat_map(|c| c.expect("a chunk reads").entries)
+            .collect();
+        restored.restore(*bin, entries).expect("restores");
+    }
+    for (bin, entries) in snapshot.bins {
+        assert!(bins.insert(bin), "bin {bin} twice");
+        let entries = entries
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        restored.restore(bin, entries).expect("restores");
+    }
+    let mut h = Harness::new();
+    same_rows_at_end((&mut restored, &mut h), (&mut reference, &mut r));
+}
+
 /// A firing's rows go downstream while it builds them: a call never holds
 /// more than `FORWARD_AT` batches, in memory or with the state spilled.
 #[test]

@@ -225,6 +225,29 @@ impl<K: GroupKey> Pane<K> {
         index
     }
 
+    /// Merges stored accumulators into the key's, or adds the key if it is
+    /// not here; returns its index and whether it is new.
+    pub(super) fn merge_or_insert(
+        &mut self,
+        hash: u64,
+        key: K,
+        num: &[u64],
+        other: Vec<AccState>,
+        aggs: &Aggregates,
+    ) -> (u32, bool) {
+        let Some(entry) = self.table.find_mut(hash, |e| e.key == key) else {
+            return (self.insert(hash, key, num, other, aggs), true);
+        };
+        let (i, n, o) = (entry.index as usize, num.len(), other.len());
+        let into = if n > INLINE_WORDS {
+            &mut self.slots.spill[i * n..(i + 1) * n]
+        } else {
+            &mut entry.num[..n]
+        };
+        aggs.merge(into, &mut self.slots.other[i * o..(i + 1) * o], num, &other);
+        (entry.index, false)
+    }
+
     /// Calls `visit(bin, entry)` for every key of `bins`.
     pub(super) fn for_bins(&self, bins: &[u32], mut visit: impl FnMut(u32, &Entry<K>)) {
         let n = self.slots.heads.len() as u32;

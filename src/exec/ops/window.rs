@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::bin_bytes::BinBytes;
-use super::bin_cache::{BinCache, StateAccess};
+use super::bin_cache::{BinCache, Residency, StateAccess};
 use super::dirty::{DirtyBins, SnapshotBins};
 use super::pane::{Entry, INLINE_WORDS, Pane};
 use super::window_state::{AccState, Aggregates};
@@ -59,7 +59,7 @@ pub(crate) struct Window<K: GroupKey> {
 
 /// One key of one window as a checkpoint stores it (the key itself is
 /// `window start (BE) | encoded key`).
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct StoredEntry {
     fired: bool,
     num: Vec<u64>,
@@ -73,6 +73,23 @@ struct StoredEntryRef<'a> {
     fired: bool,
     num: &'a [u64],
     other: &'a [AccState],
+}
+
+/// Stored keys (`window start | key`) of one bin, merged from its pieces.
+type Merged = hashbrown::HashMap<Vec<u8>, StoredEntry>;
+
+/// Adds a stored key to `merged`, merging it into the one there.
+fn merge_stored(aggs: &Aggregates, merged: &mut Merged, key: Vec<u8>, entry: StoredEntry) {
+    match merged.entry(key) {
+        hashbrown::hash_map::Entry::Occupied(mut o) => {
+            let into = o.get_mut();
+            into.fired |= entry.fired;
+            aggs.merge(&mut into.num, &mut into.other, &entry.num, &entry.other);
+        }
+        hashbrown::hash_map::Entry::Vacant(v) => {
+            v.insert(entry);
+        }
+    }
 }
 
 /// One open window.
@@ -202,22 +219,36 @@ impl<K: GroupKey> Window<K> {
         (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>()) as u64
     }
 
-    /// Puts an evicted bin's keys back in memory: of windows still open,
-    /// or with `create` of every window not past its lateness.
+    /// Makes a bin whole in memory, merging its base from the store: keys
+    /// of windows still open, or with `create` of every window not past
+    /// its lateness.
     fn load(&mut self, bin: u32, create: bool) -> Result<(), String> {
         let Some(cache) = &mut self.cache else {
             return Ok(());
         };
+        let was = cache.mode(bin);
+        if was == Residency::Full {
+            return Ok(());
+        }
+        let pieces = cache.pieces(bin).len();
         let chunks = cache.read(bin).map_err(|e| e.0)?;
         cache.loaded(bin);
+        // Several pieces, or partial aggregates in memory, hold a key more
+        // than once.
+        let merge = was == Residency::Partial || pieces > 1;
         let mut keys = 0;
         for chunk in chunks {
             for (key, value) in chunk.entries {
-                keys += self.install(&key, &value, create)?;
+                keys += self.install(&key, &value, create, merge)?;
             }
         }
         if let Some(cache) = &mut self.cache {
             cache.added(bin, keys);
+        }
+        if merge {
+            // No one version in the store is its state: the next
+            // checkpoint writes it whole.
+            self.dirty.mark_bin(bin);
         }
         tracing::trace!(bin, keys, "state loaded from the store");
         Ok(())
@@ -226,8 +257,15 @@ impl<K: GroupKey> Window<K> {
     /// Adds one stored key (`window start | key` → accumulators) to its
     /// window, unless the window is over; returns 1 if added. `create`
     /// opens windows that are not open (restoring), else they are skipped
-    /// (they were purged while the bin was out of memory).
-    fn install(&mut self, key: &[u8], value: &[u8], create: bool) -> Result<u64, String> {
+    /// (they were purged while the bin was out of memory). With `merge`,
+    /// a key already there takes in the stored accumulators.
+    fn install(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        create: bool,
+        merge: bool,
+    ) -> Result<u64, String> {
         let (start, group) = key.split_at_checked(8).ok_or("a window key is too short")?;
         let start = i64::from_be_bytes(start.try_into().expect("8 bytes"));
         let end = start + self.size_ms;
@@ -248,15 +286,16 @@ impl<K: GroupKey> Window<K> {
         // window has fired exactly when the watermark reached its end.
         panes.fired = end - 1 <= watermark;
         panes.watch = panes.fired || !panes.prefired.is_empty();
-        Self::put(
+        let (_, _, new) = Self::put(
             &self.plan,
             &self.aggs,
             &mut self.expected_keys,
             panes,
             group,
             stored,
+            merge,
         );
-        Ok(1)
+        Ok(new as u64)
     }
 
     /// A stored key's accumulators, checked against what this window
@@ -277,8 +316,9 @@ impl<K: GroupKey> Window<K> {
         Ok(stored)
     }
 
-    /// Adds a stored key (`group`, encoded) to a window; returns its
-    /// hash and index.
+    /// Adds a stored key (`group`, encoded) to a window, or with `merge`
+    /// merges it into the key there; returns its hash, its index, and
+    /// whether it is new.
     fn put(
         plan: &WindowPlan,
         aggs: &Aggregates,
@@ -286,14 +326,22 @@ impl<K: GroupKey> Window<K> {
         panes: &mut Panes<K>,
         group: &[u8],
         stored: StoredEntry,
-    ) -> (u64, u32) {
+        merge: bool,
+    ) -> (u64, u32, bool) {
         let hash = plan.key.hash_encoded(group);
         let key = K::from_encoded(&plan.key, group);
-        let index = panes
-            .pane
-            .insert(hash, key, &stored.num, stored.other, aggs);
+        let (index, new) = if merge {
+            panes
+                .pane
+                .merge_or_insert(hash, key, &stored.num, stored.other, aggs)
+        } else {
+            let index = panes
+                .pane
+                .insert(hash, key, &stored.num, stored.other, aggs);
+            (index, true)
+        };
         *expected_keys = (*expected_keys).max(panes.pane.len());
-        (hash, index)
+        (hash, index, new)
     }
 
     /// Brings the state back within its memory budget: evicts the least
@@ -317,13 +365,26 @@ impl<K: GroupKey> Window<K> {
             self.unconfirmed = None;
         }
         let unconfirmed = self.unconfirmed.as_ref().map_or(&[][..], |(_, b)| b);
-        let stale: Vec<u32> = victims
+        // Partial aggregates go out as one more run of their bin; a whole
+        // bin is written whole if the store's version is not current.
+        let (partial, whole): (Vec<u32>, Vec<u32>) = victims
             .iter()
             .copied()
-            .filter(|&b| self.dirty.contains(b) || unconfirmed.binary_search(&b).is_ok())
-            .collect();
-        if !stale.is_empty() {
-            let spilled = self.collect(stale).finish();
+            .filter(|&b| {
+                cache.mode(b) == Residency::Partial
+                    || self.dirty.contains(b)
+                    || unconfirmed.binary_search(&b).is_ok()
+            })
+            .partition(|&b| cache.mode(b) == Residency::Partial);
+        if !partial.is_empty() {
+            let runs = self.collect(partial).finish();
+            let cache = self.cache.as_mut().expect("checked above");
+            for (bin, entries) in runs.bins {
+                cache.spill_run(bin, &entries).map_err(|e| e.0)?;
+            }
+        }
+        if !whole.is_empty() {
+            let spilled = self.collect(whole).finish();
             let cache = self.cache.as_mut().expect("checked above");
             let emptied = spilled.emptied.into_iter().map(|b| (b, BinEntries::new()));
             for (bin, entries) in spilled.bins.into_iter().chain(emptied) {
@@ -333,6 +394,65 @@ impl<K: GroupKey> Window<K> {
         }
         self.evict(&victims);
         Ok(victims.len() as u64)
+    }
+
+    /// Merges the pieces and partial aggregates of every bin that is not
+    /// whole in memory into one version per bin, for the checkpoint to
+    /// adopt; the bins are out of memory afterwards. Bin by bin, so what
+    /// it holds at once is one bin's keys.
+    fn compact(&mut self) -> Result<(), String> {
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        let bins: Vec<u32> = cache
+            .split_bins()
+            .filter(|&b| cache.needs_compaction(b))
+            .collect();
+        if bins.is_empty() {
+            return Ok(());
+        }
+        let mut in_memory: BTreeMap<u32, BinEntries> = self
+            .collect(bins.clone())
+            .finish()
+            .bins
+            .into_iter()
+            .collect();
+        let (size, lateness, watermark) =
+            (self.size_ms, self.plan.allowed_lateness_ms, self.watermark);
+        for &bin in &bins {
+            let cache = self.cache.as_ref().expect("checked above");
+            let chunks = cache.read(bin).map_err(|e| e.0)?;
+            let mut merged = Merged::new();
+            let stored = chunks.into_iter().flat_map(|c| c.entries);
+            let resident = in_memory.remove(&bin).unwrap_or_default();
+            let resident = resident.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+            for (key, value) in stored.chain(resident) {
+                let start = key
+                    .get(..8)
+                    .ok_or("a window key is too short")?
+                    .try_into()
+                    .map(i64::from_be_bytes)
+                    .expect("8 bytes");
+                if Self::expired(start + size, lateness, watermark) {
+                    continue;
+                }
+                merge_stored(&self.aggs, &mut merged, key, self.decode(&value)?);
+            }
+            let mut entries = BinEntries::new();
+            let mut value = Vec::new();
+            for (key, entry) in &merged {
+                value.clear();
+                value = postcard::to_extend(entry, std::mem::take(&mut value))
+                    .expect("window state encodes");
+                entries.push(key, &value);
+            }
+            drop(merged);
+            let cache = self.cache.as_mut().expect("checked above");
+            cache.spill(bin, &entries).map_err(|e| e.0)?;
+            self.dirty.unmark(bin);
+        }
+        self.evict(&bins);
+        Ok(())
     }
 
     /// The stored form of every key of `bins`, grouped by bin.
@@ -424,13 +544,23 @@ impl<K: GroupKey> Operator for Window<K> {
             .last_ingest_ns
             .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
-        // Bins of this batch that were evicted come back first.
+        // A record for a bin out of memory starts partial aggregates over
+        // its base in the store. But while a fired window is open, a late
+        // record re-emits its key's whole result: its bin comes back whole.
         if let Some(cache) = &mut self.cache {
+            let whole = self.windows.values().any(|p| p.watch);
             let mut missing = Vec::new();
             for &h in batch.key_hash() {
                 let bin = bin_of(h, self.dirty.bins());
-                if !cache.is_resident(bin) && !missing.contains(&bin) {
-                    missing.push(bin);
+                match cache.mode(bin) {
+                    Residency::Full => {}
+                    _ if whole => {
+                        if !missing.contains(&bin) {
+                            missing.push(bin);
+                        }
+                    }
+                    Residency::Out => cache.take_partial(bin),
+                    Residency::Partial => {}
                 }
                 cache.touch(bin);
             }
@@ -553,6 +683,14 @@ impl<K: GroupKey> Operator for Window<K> {
     fn on_watermark(&mut self, watermark: i64, ctx: &mut OpCtx<'_>) {
         self.watermark = watermark;
         let plan = self.plan.clone();
+        let bins = self.dirty.bins();
+        // Bins not whole in memory are emitted from their merged pieces
+        // below, not from the table.
+        let full_bins: Option<Vec<bool>> = self
+            .cache
+            .as_ref()
+            .filter(|c| !c.all_full())
+            .map(|c| (0..bins).map(|b| c.is_full(b)).collect());
         let mut out = self.output(ctx, self.batch_size);
         let mut firing = Vec::new();
         for (&start, panes) in self.windows.iter_mut() {
@@ -566,50 +704,23 @@ impl<K: GroupKey> Operator for Window<K> {
                 self.expected_keys = panes.pane.len();
                 let prefired = std::mem::take(&mut panes.prefired);
                 for entry in panes.pane.table.iter() {
+                    if let Some(full) = &full_bins
+                        && !full[bin_of(panes.pane.hash(entry), bins) as usize]
+                    {
+                        continue;
+                    }
                     if prefired.is_empty() || prefired.binary_search(&entry.index).is_err() {
                         out.row(&plan, &self.aggs, &panes.pane, entry, start, panes.end);
                     }
                 }
             }
         }
-        // Keys of evicted bins are read from the store as they are emitted,
-        // not brought back into memory.
         if let (Some(cache), false) = (&self.cache, firing.is_empty()) {
-            let evicted: Vec<u32> = cache.evicted_bins().collect();
-            for bin in evicted {
-                let chunks = match cache.read(bin) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        out.ctx
-                            .fail(format!("cannot read bin {bin} of its state: {e}"));
-                        return;
-                    }
-                };
-                for (key, value) in chunks.iter().flat_map(|c| &c.entries) {
-                    let Some(&(start, end)) = firing
-                        .iter()
-                        .find(|(s, _)| key.get(..8) == Some(&s.to_be_bytes()[..]))
-                    else {
-                        continue;
-                    };
-                    let stored: StoredEntry = match postcard::from_bytes(value) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            out.ctx
-                                .fail(format!("undecodable window state in bin {bin}: {e}"));
-                            return;
-                        }
-                    };
-                    let group = K::from_encoded(&plan.key, &key[8..]);
-                    out.row_parts(
-                        &plan,
-                        &self.aggs,
-                        &group,
-                        &stored.num,
-                        &stored.other,
-                        start,
-                        end,
-                    );
+            let split: Vec<u32> = cache.split_bins().collect();
+            for bin in split {
+                if let Err(e) = self.fire_split(bin, &firing, &mut out) {
+                    out.ctx.fail(format!("bin {bin} of its state: {e}"));
+                    return;
                 }
             }
         }
@@ -634,12 +745,18 @@ impl<K: GroupKey> Operator for Window<K> {
             let parts = self.windows.values().map(|p| p.pane.keys_per_bin());
             let cache = &self.cache;
             self.bin_bytes.publish(ctx.metrics, parts, |bin| {
-                cache.as_ref().is_none_or(|c| c.is_resident(bin))
+                cache.as_ref().map_or(0, |c| c.stored_entries(bin))
             });
         }
     }
 
     fn snapshot(&mut self, checkpoint: u64) -> Snapshot {
+        if let Err(e) = self.compact() {
+            return Snapshot {
+                failure: Some(format!("cannot merge its state in the store: {e}")),
+                ..Default::default()
+            };
+        }
         let dirty = self.dirty.take();
         let mut snapshot = if dirty.is_empty() {
             Snapshot::default()
@@ -662,7 +779,7 @@ impl<K: GroupKey> Operator for Window<K> {
     fn restore(&mut self, bin: u32, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), String> {
         let mut keys = 0;
         for (key, value) in entries {
-            keys += self.install(&key, &value, true)?;
+            keys += self.install(&key, &value, true, false)?;
         }
         if let Some(cache) = &mut self.cache {
             cache.added(bin, keys);
@@ -694,6 +811,80 @@ impl<K: GroupKey> Operator for Window<K> {
 }
 
 impl<K: GroupKey> Window<K> {
+    /// Emits the keys of firing windows (`(start, end)`) in a bin not
+    /// whole in memory: its pieces in the store merged with its partial
+    /// aggregates in memory, one bin at a time. Keys an instance that
+    /// moved them here had fired already are not emitted again.
+    fn fire_split(
+        &self,
+        bin: u32,
+        firing: &[(i64, i64)],
+        out: &mut Output<'_, '_>,
+    ) -> Result<(), String> {
+        let cache = self.cache.as_ref().expect("only with a cache");
+        let firing_window = |key: &[u8]| {
+            firing
+                .iter()
+                .find(|(s, _)| key.get(..8) == Some(&s.to_be_bytes()[..]))
+                .copied()
+        };
+        let plan = &self.plan;
+        let mut emit = |key: &[u8], stored: &StoredEntry, (start, end): (i64, i64)| {
+            if !stored.fired {
+                let group = K::from_encoded(&plan.key, &key[8..]);
+                out.row_parts(
+                    plan,
+                    &self.aggs,
+                    &group,
+                    &stored.num,
+                    &stored.other,
+                    start,
+                    end,
+                );
+            }
+        };
+        let chunks = cache
+            .read(bin)
+            .map_err(|e| format!("cannot read it: {e}"))?;
+        let stored = chunks.iter().flat_map(|c| &c.entries);
+        if cache.mode(bin) == Residency::Out && cache.pieces(bin).len() <= 1 {
+            // One version: every key once, streamed as read.
+            for (key, value) in stored {
+                if let Some(w) = firing_window(key) {
+                    emit(key, &self.decode(value)?, w);
+                }
+            }
+            return Ok(());
+        }
+        let mut merged = Merged::new();
+        let mut add =
+            |key: Vec<u8>, entry: StoredEntry| merge_stored(&self.aggs, &mut merged, key, entry);
+        for (key, value) in stored {
+            if firing_window(key).is_some() {
+                add(key.clone(), self.decode(value)?);
+            }
+        }
+        let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
+        for &(start, _) in firing {
+            let Some(panes) = self.windows.get(&start) else {
+                continue;
+            };
+            panes.pane.for_bins(&[bin], |_, entry| {
+                let mut key = start.to_be_bytes().to_vec();
+                entry.key.encode(&plan.key, &mut key);
+                let fired = panes.prefired.binary_search(&entry.index).is_ok();
+                let num = panes.pane.num(entry, words).to_vec();
+                let other = panes.pane.other(entry, o).to_vec();
+                add(key, StoredEntry { fired, num, other });
+            });
+        }
+        for (key, stored) in &merged {
+            let w = firing_window(key).expect("only firing windows' keys");
+            emit(key, stored, w);
+        }
+        Ok(())
+    }
+
     /// See [`Operator::export_bins`]. Bins evicted to the store are read
     /// back first; what leaves is no longer this instance's to
     /// checkpoint.
@@ -703,7 +894,7 @@ impl<K: GroupKey> Window<K> {
             let missing: Vec<u32> = bins
                 .iter()
                 .copied()
-                .filter(|&b| !cache.is_resident(b))
+                .filter(|&b| !cache.is_full(b))
                 .collect();
             for bin in missing {
                 self.load(bin, true)?;
@@ -742,7 +933,7 @@ impl<K: GroupKey> Window<K> {
         if let Some(cache) = &mut self.cache {
             // A version of the bin from when this instance owned it
             // before is stale: the incoming state replaces it.
-            if !cache.is_resident(bin) {
+            if !cache.is_full(bin) {
                 cache.loaded(bin);
             }
             cache.superseded(bin);
@@ -781,13 +972,14 @@ impl<K: GroupKey> Window<K> {
                 p
             });
             let fired = stored.fired;
-            let (hash, index) = Self::put(
+            let (hash, index, _) = Self::put(
                 &plan,
                 &self.aggs,
                 &mut self.expected_keys,
                 panes,
                 group,
                 stored,
+                false,
             );
             keys += 1;
             match (fired, panes.fired) {
