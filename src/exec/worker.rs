@@ -669,7 +669,9 @@ impl Worker {
             if let Some(s) = self.sources.iter().find(|s| s.node == node) {
                 snapshot.position = s.task.position();
             }
-            cp.submit_end(node, self.id, snapshot);
+            if !self.snapshot_failed(node, &mut snapshot) {
+                cp.submit_end(node, self.id, snapshot);
+            }
         }
         self.for_each_route(node, |w, route| match route {
             Route::Local { node: to, port } => w.input_end(to, port, 0),
@@ -800,9 +802,7 @@ impl Worker {
             return;
         }
         let mut snapshot = self.snapshot_node(node, id);
-        if let Some(failure) = snapshot.failure.take() {
-            let component = &self.nodes[node].component;
-            self.shared.fail(format!("{component}: {failure}"));
+        if self.snapshot_failed(node, &mut snapshot) {
             return;
         }
         if let Some(cp) = &self.shared.checkpoints {
@@ -810,6 +810,17 @@ impl Worker {
         }
         self.nodes[node].passed = id;
         self.propagate_barrier(node, id);
+    }
+
+    /// Fails the run if the operator could not take `snapshot`: the
+    /// checkpoint it was for never completes.
+    fn snapshot_failed(&self, node: usize, snapshot: &mut super::checkpoint::Snapshot) -> bool {
+        let Some(failure) = snapshot.failure.take() else {
+            return false;
+        };
+        let component = &self.nodes[node].component;
+        self.shared.fail(format!("{component}: {failure}"));
+        true
     }
 
     fn snapshot_node(&mut self, node: usize, id: u64) -> super::checkpoint::Snapshot {

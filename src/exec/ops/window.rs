@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::bin_bytes::BinBytes;
-use super::bin_cache::{BinCache, Residency, StateAccess};
+use super::bin_cache::{BinCache, Piece, Residency, StateAccess};
 use super::dirty::{DirtyBins, SnapshotBins};
 use super::pane::{Entry, INLINE_WORDS, Pane};
 use super::window_state::{AccState, Aggregates};
@@ -78,17 +78,22 @@ struct StoredEntryRef<'a> {
 /// Stored keys (`window start | key`) of one bin, merged from its pieces.
 type Merged = hashbrown::HashMap<Vec<u8>, StoredEntry>;
 
-/// Adds a stored key to `merged`, merging it into the one there.
-fn merge_stored(aggs: &Aggregates, merged: &mut Merged, key: Vec<u8>, entry: StoredEntry) {
+/// Adds a stored key to `merged`, merging it into the one there; returns
+/// the merged key.
+fn merge_stored<'a>(
+    aggs: &Aggregates,
+    merged: &'a mut Merged,
+    key: Vec<u8>,
+    entry: StoredEntry,
+) -> &'a mut StoredEntry {
     match merged.entry(key) {
-        hashbrown::hash_map::Entry::Occupied(mut o) => {
-            let into = o.get_mut();
+        hashbrown::hash_map::Entry::Occupied(o) => {
+            let into = o.into_mut();
             into.fired |= entry.fired;
             aggs.merge(&mut into.num, &mut into.other, &entry.num, &entry.other);
+            into
         }
-        hashbrown::hash_map::Entry::Vacant(v) => {
-            v.insert(entry);
-        }
+        hashbrown::hash_map::Entry::Vacant(v) => v.insert(entry),
     }
 }
 
@@ -230,12 +235,15 @@ impl<K: GroupKey> Window<K> {
         if was == Residency::Full {
             return Ok(());
         }
-        let pieces = cache.pieces(bin).len();
+        let pieces = cache.pieces(bin);
         let chunks = cache.read(bin).map_err(|e| e.0)?;
         cache.loaded(bin);
         // Several pieces, or partial aggregates in memory, hold a key more
         // than once.
-        let merge = was == Residency::Partial || pieces > 1;
+        let merge = was == Residency::Partial || pieces.len() > 1;
+        // Nor is a run of partial aggregates a version a checkpoint can
+        // adopt.
+        let rewrite = merge || matches!(pieces[..], [Piece::Run(_)]);
         let mut keys = 0;
         for chunk in chunks {
             for (key, value) in chunk.entries {
@@ -245,7 +253,7 @@ impl<K: GroupKey> Window<K> {
         if let Some(cache) = &mut self.cache {
             cache.added(bin, keys);
         }
-        if merge {
+        if rewrite {
             // No one version in the store is its state: the next
             // checkpoint writes it whole.
             self.dirty.mark_bin(bin);
@@ -411,12 +419,6 @@ impl<K: GroupKey> Window<K> {
         if bins.is_empty() {
             return Ok(());
         }
-        let mut in_memory: BTreeMap<u32, BinEntries> = self
-            .collect(bins.clone())
-            .finish()
-            .bins
-            .into_iter()
-            .collect();
         let (size, lateness, watermark) =
             (self.size_ms, self.plan.allowed_lateness_ms, self.watermark);
         for &bin in &bins {
@@ -424,7 +426,8 @@ impl<K: GroupKey> Window<K> {
             let chunks = cache.read(bin).map_err(|e| e.0)?;
             let mut merged = Merged::new();
             let stored = chunks.into_iter().flat_map(|c| c.entries);
-            let resident = in_memory.remove(&bin).unwrap_or_default();
+            let resident = self.collect(vec![bin]).finish().bins.pop();
+            let resident = resident.map(|(_, e)| e).unwrap_or_default();
             let resident = resident.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
             for (key, value) in stored.chain(resident) {
                 let start = key
@@ -814,7 +817,8 @@ impl<K: GroupKey> Window<K> {
     /// Emits the keys of firing windows (`(start, end)`) in a bin not
     /// whole in memory: its pieces in the store merged with its partial
     /// aggregates in memory, one bin at a time. Keys an instance that
-    /// moved them here had fired already are not emitted again.
+    /// moved them here had fired already are not emitted again, unless
+    /// records for them came since.
     fn fire_split(
         &self,
         bin: u32,
@@ -857,11 +861,9 @@ impl<K: GroupKey> Window<K> {
             return Ok(());
         }
         let mut merged = Merged::new();
-        let mut add =
-            |key: Vec<u8>, entry: StoredEntry| merge_stored(&self.aggs, &mut merged, key, entry);
         for (key, value) in stored {
             if firing_window(key).is_some() {
-                add(key.clone(), self.decode(value)?);
+                merge_stored(&self.aggs, &mut merged, key.clone(), self.decode(value)?);
             }
         }
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
@@ -872,10 +874,18 @@ impl<K: GroupKey> Window<K> {
             panes.pane.for_bins(&[bin], |_, entry| {
                 let mut key = start.to_be_bytes().to_vec();
                 entry.key.encode(&plan.key, &mut key);
-                let fired = panes.prefired.binary_search(&entry.index).is_ok();
                 let num = panes.pane.num(entry, words).to_vec();
                 let other = panes.pane.other(entry, o).to_vec();
-                add(key, StoredEntry { fired, num, other });
+                let fresh = StoredEntry {
+                    fired: false,
+                    num,
+                    other,
+                };
+                // Records came since an instance that moved the key here
+                // emitted it: it is emitted again, updated, as a late
+                // record for a fired window re-emits its key (a bin that
+                // is not whole does that here, when the window fires).
+                merge_stored(&self.aggs, &mut merged, key, fresh).fired = false;
             });
         }
         for (key, stored) in &merged {
