@@ -637,6 +637,49 @@ fn window_export_returns_exactly_the_bins_keys_with_state_spilled() {
     same_rows_at_end((&mut installed, &mut moved), (&mut reference, &mut r));
 }
 
+/// Keys an exporter had emitted stay emitted through the importer's
+/// store: installed where their window has not fired, evicted there to
+/// the store, read back to be exported again and installed a third time,
+/// they are not emitted again when their window fires there.
+#[test]
+fn keys_emitted_before_a_move_stay_emitted_through_the_store() {
+    let s = Spilled::new();
+    let all: Vec<u32> = (0..BINS).collect();
+    let (mut first, mut f) = (s.window("first", None), Harness::new());
+    s.feed(&mut first, &mut f);
+    // The first of the two windows fires (it stays open for lateness).
+    f.with(|ctx| first.on_watermark(499, ctx));
+    assert_eq!(f.rows.len(), 2000, "the first window fired");
+
+    let (mut second, mut g) = (s.window("second", Some(64 << 10)), Harness::new());
+    for (bin, entries) in all.iter().zip(first.export_bins(&all).expect("exports")) {
+        g.with(|ctx| second.install_bin(*bin, entries, ctx).expect("installs"));
+    }
+    let evicted = g
+        .metrics
+        .state_evictions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(evicted > 0, "the importer spilled bins");
+
+    let (mut third, mut t) = (s.window("third", None), Harness::new());
+    for (bin, entries) in all.iter().zip(second.export_bins(&all).expect("exports")) {
+        t.with(|ctx| third.install_bin(*bin, entries, ctx).expect("installs"));
+    }
+    g.with(|ctx| second.on_watermark(WATERMARK_END, ctx));
+    t.with(|ctx| third.on_watermark(WATERMARK_END, ctx));
+    assert_eq!(g.rows, Vec::<String>::new(), "the second kept nothing");
+
+    let (mut reference, mut r) = (s.window("reference", None), Harness::new());
+    s.feed(&mut reference, &mut r);
+    r.with(|ctx| reference.on_watermark(499, ctx));
+    r.with(|ctx| reference.on_watermark(WATERMARK_END, ctx));
+    let mut got = [f.rows, t.rows].concat();
+    got.sort();
+    r.rows.sort();
+    assert_eq!(r.rows.len(), 4000);
+    assert_eq!(got, r.rows, "every key emitted once");
+}
+
 /// The per-bin state size the controller reads (`eddy_bin_state_bytes`)
 /// follows keys as they arrive, as bins leave and as they are installed
 /// elsewhere: the bytes of a bin are its keys (summed over open windows)

@@ -281,6 +281,7 @@ impl<K: GroupKey> Window<K> {
             return Ok(0);
         }
         let stored = self.decode(value)?;
+        let emitted = stored.fired;
         let (watermark, bins) = (self.watermark, self.dirty.bins());
         let panes = match (self.windows.get_mut(&start), create) {
             (Some(p), _) => p,
@@ -293,8 +294,7 @@ impl<K: GroupKey> Window<K> {
         // Every instance has the same input watermark at a barrier, so a
         // window has fired exactly when the watermark reached its end.
         panes.fired = end - 1 <= watermark;
-        panes.watch = panes.fired || !panes.prefired.is_empty();
-        let (_, _, new) = Self::put(
+        let (_, index, new) = Self::put(
             &self.plan,
             &self.aggs,
             &mut self.expected_keys,
@@ -303,6 +303,18 @@ impl<K: GroupKey> Window<K> {
             stored,
             merge,
         );
+        // A key an instance that moved it here had emitted before this
+        // window fired stays emitted: without this, a bin evicted and
+        // read back (or exported again, or restored) lost the mark, and
+        // the key was emitted twice. A key merged into records that came
+        // since is emitted again when the window fires, as `fire_split`
+        // does.
+        if emitted && new && !panes.fired {
+            if let Err(at) = panes.prefired.binary_search(&index) {
+                panes.prefired.insert(at, index);
+            }
+        }
+        panes.watch = panes.fired || !panes.prefired.is_empty();
         Ok(new as u64)
     }
 
@@ -1023,7 +1035,8 @@ impl<K: GroupKey> Window<K> {
             out.done();
         }
         if self.cache.as_ref().is_some_and(|c| c.over_budget()) {
-            self.shrink()?;
+            let evicted = self.shrink()?;
+            ctx.count(&ctx.metrics.state_evictions, evicted);
         }
         Ok(())
     }
