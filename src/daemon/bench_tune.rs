@@ -164,7 +164,7 @@ fn pipeline(policy: &str, dir: &std::path::Path, days: u64, port: u16, setup: Se
 [tune]
 enabled = true
 workers = [1, {cores}]
-cache_bytes = ["16MiB", "256MiB"]
+cache_bytes = ["4MiB", "256MiB"]
 checkpoint_interval = ["1s", "30s"]
 batch_size = [256, 4096]
 flush_interval = ["1ms", "100ms"]

@@ -104,6 +104,9 @@ pub(crate) fn run(file: &Path, print_stats: bool) -> ExitCode {
     stats::log_summary(&report);
     if print_stats {
         eprint!("{}", stats::table(&report));
+        // Last, after the final checkpoint: what the whole run cost,
+        // read by profiling runs (`tune_profile`) with the checkpoint in.
+        eprint!("{}", stats::process_line());
     }
     match report.failure {
         Some(_) => ExitCode::FAILURE,

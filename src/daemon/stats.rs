@@ -101,3 +101,24 @@ pub(crate) fn table(report: &Report) -> String {
     }
     out
 }
+
+/// This process's CPU seconds and peak resident memory so far, as the
+/// last line of `--stats` (see [`process_figures`]).
+pub(crate) fn process_line() -> String {
+    let cpu = super::procfs::cpu_seconds(std::process::id()).unwrap_or(f64::NAN);
+    let peak = super::procfs::status_bytes("self", "VmHWM").unwrap_or(0);
+    format!("process: {cpu:.2} CPU s, peak memory {peak} bytes\n")
+}
+
+/// The CPU seconds and peak memory bytes of a `--stats` output's process
+/// line, if it has one.
+pub(crate) fn process_figures(stats: &str) -> Option<(f64, f64)> {
+    let line = stats
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("process: "))?;
+    let (cpu, rest) = line.split_once(" CPU s, peak memory ")?;
+    let bytes = rest.strip_suffix(" bytes")?;
+    let cpu: f64 = cpu.parse().ok().filter(|c: &f64| c.is_finite())?;
+    Some((cpu, bytes.parse().ok()?))
+}

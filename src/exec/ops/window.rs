@@ -309,10 +309,12 @@ impl<K: GroupKey> Window<K> {
         // the key was emitted twice. A key merged into records that came
         // since is emitted again when the window fires, as `fire_split`
         // does.
-        if emitted && new && !panes.fired {
-            if let Err(at) = panes.prefired.binary_search(&index) {
-                panes.prefired.insert(at, index);
-            }
+        if emitted
+            && new
+            && !panes.fired
+            && let Err(at) = panes.prefired.binary_search(&index)
+        {
+            panes.prefired.insert(at, index);
         }
         panes.watch = panes.fired || !panes.prefired.is_empty();
         Ok(new as u64)
