@@ -643,26 +643,25 @@ mod tests {
         let after = super::super::stats::process_figures(stats);
         assert_eq!(after, Some((3.0, 200.0)));
         let s = Duration::from_secs;
-        // 12 s of a 24 s interval: half the final checkpoint's CPU, all
-        // of its memory.
-        assert_eq!(
-            with_checkpoint((2.0, 100.0), after, s(12), s(24)),
-            (2.5, 200.0)
-        );
-        // Spanning an interval, the run took checkpoints like it all along.
-        assert_eq!(
-            with_checkpoint((2.0, 100.0), after, s(12), s(2)),
-            (3.0, 200.0)
-        );
-        // Memory never goes below what was read while running.
-        assert_eq!(
-            with_checkpoint((2.0, 300.0), after, s(12), s(2)),
-            (3.0, 300.0)
-        );
-        assert_eq!(
-            with_checkpoint((2.0, 100.0), None, s(12), s(2)),
-            (2.0, 100.0)
-        );
+        // (running, after, interval) → counted, for a 12 s run.
+        let cases = [
+            // Half an interval: half the final checkpoint's CPU, all of
+            // its memory.
+            ((2.0, 100.0), after, s(24), (2.5, 200.0)),
+            // Spanning an interval, the run took checkpoints all along.
+            ((2.0, 100.0), after, s(2), (3.0, 200.0)),
+            // Memory never goes below what was read while running.
+            ((2.0, 300.0), after, s(2), (3.0, 300.0)),
+            // No process line: what was read while running.
+            ((2.0, 100.0), None, s(2), (2.0, 100.0)),
+        ];
+        for (running, after, interval, counted) in cases {
+            assert_eq!(
+                with_checkpoint(running, after, s(12), interval),
+                counted,
+                "{running:?} {after:?} {interval:?}"
+            );
+        }
         assert_eq!(super::super::stats::process_figures("elapsed 1 s\n"), None);
     }
 

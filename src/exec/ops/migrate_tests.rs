@@ -208,6 +208,24 @@ impl Harness {
     }
 }
 
+/// A store in a temporary directory (kept by the `TempDir`) for windows
+/// to spill to.
+fn spill_store() -> (
+    tempfile::TempDir,
+    std::sync::Arc<crate::exec::checkpoint::Checkpoints>,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = crate::state::Store::open(dir.path(), 1 << 20).expect("store");
+    let checkpoints = crate::exec::checkpoint::Checkpoints::new(
+        std::sync::Arc::new(store),
+        Vec::new(),
+        1,
+        BINS,
+        0,
+    );
+    (dir, std::sync::Arc::new(checkpoints))
+}
+
 /// Windows of `op_toml` whose state is far over a 1 KiB cache, each
 /// instance under its own name in one store (kept by the `TempDir`).
 fn spilling(op_toml: &str) -> (tempfile::TempDir, Make) {
@@ -215,15 +233,7 @@ fn spilling(op_toml: &str) -> (tempfile::TempDir, Make) {
     let OpSpec::Window(plan) = op else {
         unreachable!("a window")
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = crate::state::Store::open(dir.path(), 1 << 20).expect("store");
-    let checkpoints = std::sync::Arc::new(crate::exec::checkpoint::Checkpoints::new(
-        std::sync::Arc::new(store),
-        Vec::new(),
-        1,
-        BINS,
-        0,
-    ));
+    let (dir, checkpoints) = spill_store();
     let made = std::cell::Cell::new(0);
     let make: Make = Box::new(move || {
         made.set(made.get() + 1);
@@ -460,20 +470,12 @@ impl Spilled {
         let OpSpec::Window(plan) = op else {
             unreachable!("a window")
         };
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = crate::state::Store::open(dir.path(), 1 << 20).expect("store");
-        let checkpoints = crate::exec::checkpoint::Checkpoints::new(
-            std::sync::Arc::new(store),
-            Vec::new(),
-            1,
-            BINS,
-            0,
-        );
+        let (dir, checkpoints) = spill_store();
         Spilled {
             plan,
             schema: schemas[0].clone(),
             _dir: dir,
-            checkpoints: std::sync::Arc::new(checkpoints),
+            checkpoints,
         }
     }
 
