@@ -377,3 +377,42 @@ delivery = "exactly_once"
         joined.len()
     );
 }
+
+/// A finite run ends even when its checkpoints take longer than their
+/// interval: the committer once checked whether to stop only while waiting
+/// for the next one, so after the last record, with every commit
+/// completing at once and outlasting 1 ms, it committed forever.
+#[test]
+fn a_run_ends_when_its_checkpoints_outlast_their_interval() {
+    let s = Scratch::new();
+    let mut text = String::new();
+    for i in 0..20_000i64 {
+        text.push_str(&format!(
+            "{{\"k\":{},\"v\":1,\"ts\":{}}}\n",
+            i % 500,
+            1_767_225_600_000 + i
+        ));
+    }
+    s.write("in.jsonl", &text);
+    let config = config(&s, "busy", "exactly_once");
+    let busy = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("interval = \"150ms\"", "interval = \"1ms\"");
+    std::fs::write(&config, busy).unwrap();
+    for attempt in 0..3 {
+        let _ = std::fs::remove_dir_all(s.path("busy-data"));
+        let _ = std::fs::remove_file(s.path("busy.jsonl"));
+        let out = output_within(
+            eddy().arg("run").arg(&config).stdin(Stdio::null()),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "run {attempt}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = json_lines(&s.read("busy.jsonl"));
+        let total: i64 = rows.iter().map(|r| r["n"].as_i64().unwrap()).sum();
+        assert_eq!(total, 20_000, "run {attempt}");
+    }
+}

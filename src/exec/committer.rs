@@ -33,10 +33,19 @@ pub(crate) fn spawn_committer(
                 Vec::new(),
             );
             let mut last = Instant::now();
+            let stopped = || quit.load(Relaxed) || shared.failed.load(Relaxed);
             loop {
+                // Asked before the wait as well as during it: a commit that
+                // takes longer than the interval leaves no wait, and once
+                // every instance has ended each commit completes at once,
+                // so a check only inside the wait let the run end never
+                // (with 50 ms checkpoints and a large exactly-once piece).
+                if stopped() {
+                    return;
+                }
                 while last.elapsed() < interval(&shared) {
                     beat.beat();
-                    if quit.load(Relaxed) || shared.failed.load(Relaxed) {
+                    if stopped() {
                         return;
                     }
                     std::thread::sleep(TICK.min(interval(&shared)));
