@@ -312,15 +312,10 @@ mod tests {
         assert_eq!(op.watermark.as_deref(), Some("2026-01-01T00:00:00.000Z"));
         assert!(op.bins[0].chunks >= 1 && op.bins[0].version == 2);
 
-        // Damage checkpoint 2's chunk on disk, through sled.
+        // Damage checkpoint 2's chunk on disk.
         {
-            let db = sled::open(dir.path().join("state")).unwrap();
-            let tree = db.open_tree("op:win").unwrap();
-            let (k, v) = tree.iter().last().unwrap().unwrap();
-            let mut bad = v.to_vec();
-            bad[10] ^= 0x20;
-            tree.insert(k, bad).unwrap();
-            db.flush().unwrap();
+            let store = Store::open(dir.path(), CACHE_BYTES).unwrap();
+            store.damage_chunk("win", 2, 2, 0, 10);
         }
         let report = inspect(dir.path()).unwrap();
         assert_eq!(report.current, Some(1));

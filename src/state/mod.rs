@@ -19,6 +19,7 @@
 #[doc(hidden)]
 pub mod bench;
 mod chunk;
+mod chunk_log;
 mod entries;
 pub(crate) mod inspect;
 mod lock;

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use super::BinEntries;
 use super::chunk::{Chunk, decode_chunk, encode_entries, seal, verify};
+use super::chunk_log::{ChunkLog, Loc};
 use super::lock::DataDirLock;
 use super::record::{BinRecord, CheckpointRecord, OperatorRecord};
 
@@ -59,6 +60,8 @@ pub(crate) struct Store {
     db: sled::Db,
     checkpoints: sled::Tree,
     dir: PathBuf,
+    /// The chunks' bytes; sled holds where each one is.
+    chunks: ChunkLog,
     /// Versions are numbered by one counter for checkpoint writes, spills
     /// and imports alike.
     next_version: std::sync::atomic::AtomicU64,
@@ -133,6 +136,24 @@ fn open_sled(dir: &Path, cache_bytes: u64) -> sled::Result<sled::Db> {
     }
 }
 
+/// Where every chunk sled refers to is, for the chunk log to keep.
+fn chunk_locs(db: &sled::Db) -> Result<Vec<Loc>, StoreError> {
+    let mut locs = Vec::new();
+    for name in db.tree_names() {
+        if !name.starts_with(b"op:") {
+            continue;
+        }
+        let tree = db
+            .open_tree(&name)
+            .map_err(|e| StoreError(format!("cannot open an operator's tree: {e}")))?;
+        for item in tree.iter().values() {
+            let v = item.map_err(|e| StoreError(format!("cannot scan an operator's tree: {e}")))?;
+            locs.extend(Loc::decode(&v));
+        }
+    }
+    Ok(locs)
+}
+
 impl Store {
     /// Opens the store in `DATA_DIR/state`, locking the data dir. Leftovers
     /// of a checkpoint that did not complete are removed.
@@ -146,10 +167,13 @@ impl Store {
         let checkpoints = db
             .open_tree("checkpoints")
             .map_err(|e| err("cannot open the checkpoint list", e))?;
+        let chunks = ChunkLog::open(&dir.join("chunks"), chunk_locs(&db)?)
+            .map_err(|e| StoreError(format!("state in {}: {e}", dir.display())))?;
         let store = Store {
             db,
             checkpoints,
             dir,
+            chunks,
             next_version: std::sync::atomic::AtomicU64::new(1),
             pending: Mutex::new(BTreeSet::new()),
             latest: Mutex::new(None),
@@ -165,6 +189,15 @@ impl Store {
 
     fn err(&self, what: impl std::fmt::Display, e: impl std::fmt::Display) -> StoreError {
         StoreError(format!("state in {}: {what}: {e}", self.dir.display()))
+    }
+
+    /// A chunk's bytes, from the chunk log or, as earlier versions wrote
+    /// them, from sled itself.
+    fn chunk_bytes(&self, value: &[u8]) -> Result<Vec<u8>, String> {
+        match Loc::decode(value) {
+            Some(loc) => self.chunks.read(loc),
+            None => Ok(value.to_vec()),
+        }
     }
 
     fn tree(&self, op: &str) -> Result<sled::Tree, StoreError> {
@@ -283,6 +316,7 @@ impl Store {
             .clear()
             .map_err(|e| self.err("cannot drop old assignments", e))?;
         self.db.flush().map_err(|e| self.err("cannot flush", e))?;
+        self.chunks.clear().map_err(StoreError)?;
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
     }
@@ -293,9 +327,12 @@ impl Store {
             for b in &op.bins {
                 for c in 0..b.chunks {
                     match tree.get(chunk_key(b.bin, b.version, c)) {
-                        Ok(Some(v)) => verify(&v).map(|_| ()).map_err(|e| {
-                            format!("operator {} bin {} chunk {c}: {e}", op.id, b.bin)
-                        })?,
+                        Ok(Some(v)) => self
+                            .chunk_bytes(&v)
+                            .and_then(|bytes| verify(&bytes).map(|_| ()))
+                            .map_err(|e| {
+                                format!("operator {} bin {} chunk {c}: {e}", op.id, b.bin)
+                            })?,
                         Ok(None) => {
                             return Err(format!(
                                 "operator {} bin {} chunk {c} is missing",
@@ -358,7 +395,9 @@ impl Store {
         (0..bin.chunks).map(move |c| {
             let tree = tree.as_ref().map_err(|e| e.clone())?;
             match tree.get(chunk_key(bin.bin, bin.version, c)) {
-                Ok(Some(v)) => Ok(v.to_vec()),
+                Ok(Some(v)) => self
+                    .chunk_bytes(&v)
+                    .map_err(|e| self.err(format!("operator {op} bin {} chunk {c}", bin.bin), e)),
                 Ok(None) => Err(self.err(
                     format!("operator {op} bin {} chunk {c}", bin.bin),
                     "missing",
@@ -401,42 +440,60 @@ impl Store {
         version
     }
 
-    /// Writes `entries` as chunks of version `version` of `bin` into
-    /// `batch`; returns the bin's record.
-    fn write_chunks(
+    /// Writes `entries` as the chunks of version `version` of `bin`: their
+    /// bytes to the chunk log, where they are to sled in one batch.
+    /// Returns the bin's record; on failure nothing of it is left.
+    fn write_bin(
         &self,
-        batch: &mut sled::Batch,
+        op: &str,
         bin: u32,
         version: u64,
         entries: &BinEntries,
-    ) -> BinRecord {
+    ) -> Result<BinRecord, StoreError> {
         let mut rec = BinRecord {
             bin,
             version,
             ..Default::default()
         };
-        let mut chunk: Vec<(&[u8], &[u8])> = Vec::new();
-        let mut size = 0;
-        let mut flush = |chunk: &mut Vec<(&[u8], &[u8])>, rec: &mut BinRecord| {
-            let bytes = encode_entries(chunk);
-            rec.bytes += bytes.len() as u64;
-            batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), bytes);
-            rec.chunks += 1;
-            chunk.clear();
-        };
-        for (k, v) in entries.iter() {
-            size += Chunk::entry_size(k, v);
-            rec.entries += 1;
-            chunk.push((k, v));
-            if size >= self.chunk_bytes {
-                flush(&mut chunk, &mut rec);
-                size = 0;
+        let mut locs = Vec::new();
+        let mut batch = sled::Batch::default();
+        let written = (|| {
+            let mut chunk: Vec<(&[u8], &[u8])> = Vec::new();
+            let mut size = 0;
+            let mut flush = |chunk: &mut Vec<(&[u8], &[u8])>, rec: &mut BinRecord| {
+                let bytes = encode_entries(chunk);
+                let loc = self.chunks.append(&bytes)?;
+                locs.push(loc);
+                rec.bytes += bytes.len() as u64;
+                batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), &loc.encode());
+                rec.chunks += 1;
+                chunk.clear();
+                Ok::<(), String>(())
+            };
+            for (k, v) in entries.iter() {
+                size += Chunk::entry_size(k, v);
+                rec.entries += 1;
+                chunk.push((k, v));
+                if size >= self.chunk_bytes {
+                    flush(&mut chunk, &mut rec)?;
+                    size = 0;
+                }
             }
+            if !chunk.is_empty() {
+                flush(&mut chunk, &mut rec)?;
+            }
+            self.tree(op)
+                .map_err(|e| e.0)?
+                .apply_batch(batch)
+                .map_err(|e| format!("cannot write where its chunks are: {e}"))
+        })();
+        if let Err(e) = written {
+            for loc in locs {
+                self.chunks.free(loc);
+            }
+            return Err(self.err(format!("operator {op}: cannot write bin {bin}"), e));
         }
-        if !chunk.is_empty() {
-            flush(&mut chunk, &mut rec);
-        }
-        rec
+        Ok(rec)
     }
 
     /// Writes one bin's current state outside a checkpoint, so an operator
@@ -449,12 +506,7 @@ impl Store {
         entries: &BinEntries,
     ) -> Result<BinRecord, StoreError> {
         let version = self.claim(op, bin);
-        let mut batch = sled::Batch::default();
-        let rec = self.write_chunks(&mut batch, bin, version, entries);
-        self.tree(op)?
-            .apply_batch(batch)
-            .map_err(|e| self.err(format!("operator {op}: cannot spill bin {bin}"), e))?;
-        Ok(rec)
+        self.write_bin(op, bin, version, entries)
     }
 
     /// A spilled version is superseded: garbage collection may drop it
@@ -532,12 +584,8 @@ impl Store {
                 BinContent::Entries(entries) => {
                     let version = self.claim(&w.op, w.bin);
                     claimed.push((w.op.clone(), w.bin, version));
-                    let mut batch = sled::Batch::default();
-                    let rec = self.write_chunks(&mut batch, w.bin, version, &entries);
+                    let rec = self.write_bin(&w.op, w.bin, version, &entries)?;
                     drop(entries);
-                    self.tree(&w.op)?.apply_batch(batch).map_err(|e| {
-                        self.err(format!("operator {}: cannot write its state", w.op), e)
-                    })?;
                     stats.bins += 1;
                     stats.entries += rec.entries;
                     stats.bytes += rec.bytes;
@@ -555,6 +603,9 @@ impl Store {
                 bins.insert(bin.bin, bin);
             }
         }
+        // Chunks first: sled may have flushed where they are already, but
+        // only the record makes them part of a checkpoint.
+        self.chunks.sync().map_err(StoreError)?;
         self.db
             .flush()
             .map_err(|e| self.err("cannot flush the checkpoint's state", e))?;
@@ -629,6 +680,7 @@ impl Store {
             version,
             ..Default::default()
         };
+        let mut locs = Vec::new();
         let written = (|| {
             for raw in chunks {
                 let chunk = decode_chunk(&raw).map_err(|e| {
@@ -639,10 +691,14 @@ impl Store {
                 })?;
                 rec.entries += chunk.entries.len() as u64;
                 rec.bytes += raw.len() as u64;
-                tree.insert(chunk_key(bin, version, rec.chunks), raw)
-                    .map_err(|e| self.err(format!("operator {op}: cannot write bin {bin}"), e))?;
+                let cannot = |e| self.err(format!("operator {op}: cannot write bin {bin}"), e);
+                let loc = self.chunks.append(&raw).map_err(cannot)?;
+                locs.push(loc);
+                tree.insert(chunk_key(bin, version, rec.chunks), &loc.encode())
+                    .map_err(|e| cannot(e.to_string()))?;
                 rec.chunks += 1;
             }
+            self.chunks.sync().map_err(StoreError)?;
             self.db
                 .flush()
                 .map_err(|e| self.err("cannot flush an imported bin", e))
@@ -653,6 +709,9 @@ impl Store {
                 batch.remove(&chunk_key(bin, version, c));
             }
             let _ = tree.apply_batch(batch).and_then(|()| self.db.flush());
+            for loc in locs {
+                self.chunks.free(loc);
+            }
             return Err(e);
         }
         let mut record = base.clone();
@@ -740,9 +799,10 @@ impl Store {
             let refs = referenced.get(op);
             let tree = self.tree(op)?;
             let mut batch = sled::Batch::default();
-            let mut dropped = 0;
-            for key in tree.iter().keys() {
-                let key = key.map_err(|e| self.err(format!("operator {op}: cannot scan"), e))?;
+            let mut dropped = Vec::new();
+            for item in tree.iter() {
+                let (key, value) =
+                    item.map_err(|e| self.err(format!("operator {op}: cannot scan"), e))?;
                 let parsed = parse_chunk_key(&key);
                 let keep = parsed.is_some_and(|(bin, version, _)| {
                     refs.is_some_and(|r| r.contains(&(bin, version)))
@@ -752,12 +812,15 @@ impl Store {
                     highest = highest.max(parsed.map_or(0, |(_, v, _)| v));
                 } else {
                     batch.remove(key);
-                    dropped += 1;
+                    dropped.push(Loc::decode(&value));
                 }
             }
-            if dropped > 0 {
+            if !dropped.is_empty() {
                 tree.apply_batch(batch)
                     .map_err(|e| self.err(format!("operator {op}: cannot drop old state"), e))?;
+                for loc in dropped.into_iter().flatten() {
+                    self.chunks.free(loc);
+                }
             }
         }
         // New versions go above every one still kept.
@@ -766,9 +829,18 @@ impl Store {
         Ok(())
     }
 
+    /// Flips bits of one chunk on disk, wherever it is.
+    #[cfg(test)]
+    pub(crate) fn damage_chunk(&self, op: &str, bin: u32, version: u64, chunk: u32, at: usize) {
+        let key = chunk_key(bin, version, chunk);
+        let value = self.tree(op).unwrap().get(key).unwrap().unwrap();
+        self.chunks
+            .damage(Loc::decode(&value).expect("in the chunk log"), at);
+    }
+
     /// The store's size on disk.
     pub(crate) fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        self.db.size_on_disk().unwrap_or(0) + self.chunks.size_on_disk()
     }
 }
 
@@ -904,13 +976,8 @@ mod tests {
             )
             .unwrap();
         // Flip a byte of checkpoint 2's chunk, as a failing disk would.
-        let tree = store.tree("win").unwrap();
-        let key = chunk_key(1, 2, 0);
-        let mut bad = tree.get(key).unwrap().unwrap().to_vec();
-        bad[3] ^= 0x40;
-        tree.insert(key, bad).unwrap();
-        tree.flush().unwrap();
-        drop((tree, store));
+        store.damage_chunk("win", 1, 2, 0, 3);
+        drop(store);
         let store = Store::open(dir.path(), 8 << 20).unwrap();
         let restored = store.restore_point().unwrap();
         let record = restored.record.unwrap();
@@ -1019,5 +1086,136 @@ mod tests {
             .flat_map(|c| c.unwrap().entries)
             .collect();
         assert_eq!(got, entries(9, 30_000, 7));
+    }
+
+    /// sled keeps its values in memory: it holds only where chunks are.
+    #[test]
+    fn chunks_are_in_the_chunk_log_and_sled_holds_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let (r1, stats) = store
+            .commit(
+                record(1, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 4,
+                    content: BinContent::Entries(entries(4, 50_000, 3).into_iter().collect()),
+                }],
+                &[],
+            )
+            .unwrap();
+        let spilled = store
+            .spill("win", 5, &entries(5, 1000, 4).into_iter().collect())
+            .unwrap();
+        let in_sled: usize = store
+            .tree("win")
+            .unwrap()
+            .iter()
+            .values()
+            .map(|v| {
+                let v = v.unwrap();
+                assert!(Loc::decode(&v).is_some(), "a chunk inline in sled");
+                v.len()
+            })
+            .sum();
+        let chunks = r1.operator("win").unwrap().bins[0].chunks + spilled.chunks;
+        assert_eq!(in_sled, chunks as usize * 20);
+        assert!(store.chunks.size_on_disk() >= stats.bytes);
+        assert_eq!(read_all(&store, "win", &r1)[&4], entries(4, 50_000, 3));
+    }
+
+    /// Data dirs of earlier versions hold chunks in sled: they restore,
+    /// and their chunks go like any other once superseded.
+    #[test]
+    fn chunks_stored_inline_by_earlier_versions_still_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r1 = record(1, &["win"]);
+        let chunk = Chunk {
+            entries: entries(6, 10, 1),
+        }
+        .encode();
+        r1.operators[0].bins.push(BinRecord {
+            bin: 6,
+            version: 1,
+            chunks: 1,
+            entries: 10,
+            bytes: chunk.len() as u64,
+        });
+        {
+            let db = sled::open(dir.path().join("state")).unwrap();
+            db.open_tree("op:win")
+                .unwrap()
+                .insert(chunk_key(6, 1, 0), chunk)
+                .unwrap();
+            let bytes = seal(postcard::to_stdvec(&r1).unwrap());
+            db.open_tree("checkpoints")
+                .unwrap()
+                .insert(1u64.to_be_bytes(), bytes)
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let restored = store.restore_point().unwrap();
+        assert!(restored.warnings.is_empty(), "{:?}", restored.warnings);
+        assert_eq!(restored.record.as_ref(), Some(&r1));
+        assert_eq!(read_all(&store, "win", &r1)[&6], entries(6, 10, 1));
+        // Superseded twice (two checkpoints are kept): the inline chunk goes.
+        for id in 2..=3 {
+            store
+                .commit(
+                    record(id, &["win"]),
+                    vec![BinWrite {
+                        op: "win".into(),
+                        bin: 6,
+                        content: BinContent::Entries(entries(6, 10, 2).into_iter().collect()),
+                    }],
+                    &[],
+                )
+                .unwrap();
+        }
+        let tree = store.tree("win").unwrap();
+        assert!(tree.get(chunk_key(6, 1, 0)).unwrap().is_none());
+        assert!(
+            tree.iter()
+                .values()
+                .all(|v| Loc::decode(&v.unwrap()).is_some())
+        );
+    }
+
+    /// A crash after a spill and before the checkpoint that would adopt
+    /// it: the spilled chunks are garbage on restart, and their space is
+    /// given back.
+    #[test]
+    fn spilled_chunks_no_checkpoint_adopted_are_freed_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        store
+            .commit(
+                record(1, &["win"]),
+                vec![BinWrite {
+                    op: "win".into(),
+                    bin: 1,
+                    content: BinContent::Entries(entries(1, 10, 1).into_iter().collect()),
+                }],
+                &[],
+            )
+            .unwrap();
+        let before = store.chunks.size_on_disk();
+        let spilled = store
+            .spill("win", 2, &entries(2, 100_000, 2).into_iter().collect())
+            .unwrap();
+        store.chunks.sync().unwrap();
+        assert!(store.chunks.size_on_disk() > before + (1 << 20));
+        drop(store);
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(store.restore_point().unwrap().record.unwrap().id, 1);
+        let tree = store.tree("win").unwrap();
+        assert!(
+            tree.get(chunk_key(2, spilled.version, 0))
+                .unwrap()
+                .is_none()
+        );
+        let after = store.chunks.size_on_disk();
+        assert!(after <= before + (64 << 10), "{before} -> {after} bytes");
     }
 }
