@@ -895,6 +895,23 @@ mod tests {
             .collect()
     }
 
+    /// Commits checkpoint `id` of operator `win` with one bin written.
+    fn commit_bin(
+        store: &Store,
+        id: u64,
+        bin: u32,
+        entries: Vec<Entry>,
+    ) -> (CheckpointRecord, CommitStats) {
+        let write = BinWrite {
+            op: "win".into(),
+            bin,
+            content: BinContent::Entries(entries.into_iter().collect()),
+        };
+        store
+            .commit(record(id, &["win"]), vec![write], &[])
+            .unwrap()
+    }
+
     fn read_all(store: &Store, op: &str, rec: &CheckpointRecord) -> BTreeMap<u32, Vec<Entry>> {
         let mut out = BTreeMap::new();
         for b in &rec.operator(op).unwrap().bins {
@@ -953,28 +970,8 @@ mod tests {
     fn a_damaged_newest_checkpoint_falls_back_to_the_one_before() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
-        let (r1, _) = store
-            .commit(
-                record(1, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 1,
-                    content: BinContent::Entries(entries(1, 10, 1).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
-        let (r2, _) = store
-            .commit(
-                record(2, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 1,
-                    content: BinContent::Entries(entries(1, 10, 2).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
+        let (r1, _) = commit_bin(&store, 1, 1, entries(1, 10, 1));
+        let (r2, _) = commit_bin(&store, 2, 1, entries(1, 10, 2));
         // Flip a byte of checkpoint 2's chunk, as a failing disk would.
         store.damage_chunk("win", 1, 2, 0, 3);
         drop(store);
@@ -997,17 +994,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
         for id in 1..=5u64 {
-            store
-                .commit(
-                    record(id, &["win"]),
-                    vec![BinWrite {
-                        op: "win".into(),
-                        bin: (id % 2) as u32,
-                        content: BinContent::Entries(entries(0, 3, id as u8).into_iter().collect()),
-                    }],
-                    &[],
-                )
-                .unwrap();
+            commit_bin(&store, id, (id % 2) as u32, entries(0, 3, id as u8));
         }
         let ids: Vec<u64> = store.records().iter().map(|(id, _, _)| *id).collect();
         assert_eq!(ids, vec![5, 4]);
@@ -1027,17 +1014,7 @@ mod tests {
     fn uncommitted_leftovers_are_dropped_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 8 << 20).unwrap();
-        store
-            .commit(
-                record(1, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 1,
-                    content: BinContent::Entries(entries(1, 3, 1).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
+        commit_bin(&store, 1, 1, entries(1, 3, 1));
         // A crash after writing checkpoint 2's chunks, before its record.
         store
             .tree("win")
@@ -1061,17 +1038,7 @@ mod tests {
     fn a_bin_exported_from_one_store_imports_into_another() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let src = Store::open(a.path(), 8 << 20).unwrap();
-        let (rec, _) = src
-            .commit(
-                record(1, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 9,
-                    content: BinContent::Entries(entries(9, 30_000, 7).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
+        let (rec, _) = commit_bin(&src, 1, 9, entries(9, 30_000, 7));
         let bin = rec.operator("win").unwrap().bins[0];
         let dst = Store::open(b.path(), 8 << 20).unwrap();
         let imported = dst
@@ -1093,17 +1060,7 @@ mod tests {
     fn chunks_are_in_the_chunk_log_and_sled_holds_where() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
-        let (r1, stats) = store
-            .commit(
-                record(1, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 4,
-                    content: BinContent::Entries(entries(4, 50_000, 3).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
+        let (r1, stats) = commit_bin(&store, 1, 4, entries(4, 50_000, 3));
         let spilled = store
             .spill("win", 5, &entries(5, 1000, 4).into_iter().collect())
             .unwrap();
@@ -1161,17 +1118,7 @@ mod tests {
         assert_eq!(read_all(&store, "win", &r1)[&6], entries(6, 10, 1));
         // Superseded twice (two checkpoints are kept): the inline chunk goes.
         for id in 2..=3 {
-            store
-                .commit(
-                    record(id, &["win"]),
-                    vec![BinWrite {
-                        op: "win".into(),
-                        bin: 6,
-                        content: BinContent::Entries(entries(6, 10, 2).into_iter().collect()),
-                    }],
-                    &[],
-                )
-                .unwrap();
+            commit_bin(&store, id, 6, entries(6, 10, 2));
         }
         let tree = store.tree("win").unwrap();
         assert!(tree.get(chunk_key(6, 1, 0)).unwrap().is_none());
@@ -1189,17 +1136,7 @@ mod tests {
     fn spilled_chunks_no_checkpoint_adopted_are_freed_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), 1 << 20).unwrap();
-        store
-            .commit(
-                record(1, &["win"]),
-                vec![BinWrite {
-                    op: "win".into(),
-                    bin: 1,
-                    content: BinContent::Entries(entries(1, 10, 1).into_iter().collect()),
-                }],
-                &[],
-            )
-            .unwrap();
+        commit_bin(&store, 1, 1, entries(1, 10, 1));
         let before = store.chunks.size_on_disk();
         let spilled = store
             .spill("win", 2, &entries(2, 100_000, 2).into_iter().collect())
