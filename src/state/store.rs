@@ -457,36 +457,14 @@ impl Store {
         };
         let mut locs = Vec::new();
         let mut batch = sled::Batch::default();
-        let written = (|| {
-            let mut chunk: Vec<(&[u8], &[u8])> = Vec::new();
-            let mut size = 0;
-            let mut flush = |chunk: &mut Vec<(&[u8], &[u8])>, rec: &mut BinRecord| {
-                let bytes = encode_entries(chunk);
-                let loc = self.chunks.append(&bytes)?;
-                locs.push(loc);
-                rec.bytes += bytes.len() as u64;
-                batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), &loc.encode());
-                rec.chunks += 1;
-                chunk.clear();
-                Ok::<(), String>(())
-            };
-            for (k, v) in entries.iter() {
-                size += Chunk::entry_size(k, v);
-                rec.entries += 1;
-                chunk.push((k, v));
-                if size >= self.chunk_bytes {
-                    flush(&mut chunk, &mut rec)?;
-                    size = 0;
-                }
-            }
-            if !chunk.is_empty() {
-                flush(&mut chunk, &mut rec)?;
-            }
-            self.tree(op)
-                .map_err(|e| e.0)?
-                .apply_batch(batch)
-                .map_err(|e| format!("cannot write where its chunks are: {e}"))
-        })();
+        let written = self
+            .append_chunks(&mut rec, entries, &mut batch, &mut locs)
+            .and_then(|()| {
+                self.tree(op)
+                    .map_err(|e| e.0)?
+                    .apply_batch(batch)
+                    .map_err(|e| format!("cannot write where its chunks are: {e}"))
+            });
         if let Err(e) = written {
             for loc in locs {
                 self.chunks.free(loc);
@@ -494,6 +472,39 @@ impl Store {
             return Err(self.err(format!("operator {op}: cannot write bin {bin}"), e));
         }
         Ok(rec)
+    }
+
+    /// Appends `entries` to the chunk log in chunks of about
+    /// `chunk_bytes`, with where each one is into `batch` (and `locs`, to
+    /// free them if the bin cannot be written whole).
+    fn append_chunks(
+        &self,
+        rec: &mut BinRecord,
+        entries: &BinEntries,
+        batch: &mut sled::Batch,
+        locs: &mut Vec<Loc>,
+    ) -> Result<(), String> {
+        let mut entries = entries.iter().peekable();
+        let mut chunk: Vec<(&[u8], &[u8])> = Vec::new();
+        while entries.peek().is_some() {
+            chunk.clear();
+            let mut size = 0;
+            for (k, v) in entries.by_ref() {
+                size += Chunk::entry_size(k, v);
+                chunk.push((k, v));
+                if size >= self.chunk_bytes {
+                    break;
+                }
+            }
+            let bytes = encode_entries(&chunk);
+            let loc = self.chunks.append(&bytes)?;
+            locs.push(loc);
+            batch.insert(&chunk_key(rec.bin, rec.version, rec.chunks), &loc.encode());
+            rec.entries += chunk.len() as u64;
+            rec.bytes += bytes.len() as u64;
+            rec.chunks += 1;
+        }
+        Ok(())
     }
 
     /// Writes one bin's current state outside a checkpoint, so an operator
