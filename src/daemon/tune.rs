@@ -168,7 +168,7 @@ pub(crate) struct ObservationView {
 pub(crate) struct OptimizerView {
     pub(crate) observations: Vec<ObservationView>,
     /// Indices into `observations` of the Pareto front (feasible runs no
-    /// other beats in both CPU and memory), by CPU.
+    /// other beats in both CPU per record/s and memory), by the first.
     pub(crate) front: Vec<usize>,
     /// The settings the next profiling run should try.
     pub(crate) next_profile: Option<BTreeMap<String, u64>>,
@@ -244,7 +244,8 @@ impl TuneService {
             );
         }
         let store = TuneStore::open(&node.data_dir)?;
-        let mut optimizer = Optimizer::new(config.settings.len(), true, 2, INITIAL_DESIGN, 1);
+        let mut optimizer =
+            Optimizer::new(config.settings.len(), true, 2, INITIAL_DESIGN, 1).log_objectives();
         let mut measured = Vec::new();
         for m in store.observations() {
             // A run outside a range changed since is kept on disk, but the
@@ -815,14 +816,14 @@ impl Inner {
                 self.why = format!(
                     "the settings in force: the models expect them to meet {goals} with {MARGIN} standard \
                      deviation of margin at the forecast peak of {peak:.0} records/s, from {n} profiling runs, \
-                     and expect no other settings to cost {SWITCH_COST} less (CPU and memory, each as a share \
-                     above the least expected at that rate, summed), which a change would have to be worth"
+                     and expect no other settings to cost {SWITCH_COST} less (the logarithms of CPU and memory, each \
+                     with the margin, summed), which a change would have to be worth"
                 );
                 Some(c)
             }
             Some(c) => {
                 self.why = format!(
-                    "the least CPU and memory (each as a share above the least expected at that rate, summed) of the settings the models expect to meet \
+                    "the least CPU and memory (the logarithms of each with the margin, summed) of the settings the models expect to meet \
                      {goals} with {MARGIN} standard deviation of margin at the forecast peak of {peak:.0} \
                      records/s, from {n} profiling runs"
                 );
@@ -845,7 +846,7 @@ impl Inner {
                 _ => named(config, &space::denormalise(&config.settings, &c.x)),
             },
             rate: peak,
-            expected_cpu_s: c.objectives[0],
+            expected_cpu_s: c.objectives[0] * peak.max(1.0),
             expected_peak_memory_bytes: c.objectives[1],
             expected_latency_p99_ms: c.constraints[0] * config.latency_p99_ms,
             expected_recovery_s: c.constraints[1] * config.max_recovery_s,
@@ -992,6 +993,11 @@ fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String>
     if let Some((name, v)) = numbers.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
         return Err(format!("`{name}` must be a number of at least 0, not {v}"));
     }
+    if let Some((name, v)) = numbers[1..3].iter().find(|(_, v)| *v <= 0.0) {
+        return Err(format!(
+            "`{name}` must be above 0, not {v}: every run takes some CPU and memory"
+        ));
+    }
     let mut x = space::normalise(&config.settings, &values)?;
     x.push(space::rate(m.rate));
     let mut latency = m.latency_p99_ms / config.latency_p99_ms;
@@ -1001,7 +1007,10 @@ fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String>
     }
     Ok(Observation {
         x,
-        objectives: [m.cpu_s, m.peak_memory_bytes],
+        // CPU per record/s: settings that save a share of the CPU save it
+        // at any rate, and the models carry that across the rates the
+        // runs were made at (profiling runs all last as long).
+        objectives: [m.cpu_s / m.rate.max(1.0), m.peak_memory_bytes],
         constraints: vec![latency, m.recovery_s / config.max_recovery_s],
     })
 }

@@ -112,7 +112,7 @@ pub(crate) fn text(s: &TuneState) -> String {
     let names: Vec<&str> = s.space.iter().map(|r| r.name.as_str()).collect();
     let _ = writeln!(
         out,
-        "Pareto front ({} of {} profiling runs; feasible runs no other beats in both CPU and memory):",
+        "Pareto front ({} of {} profiling runs; feasible runs no other beats in both CPU per record/s and memory):",
         o.front.len(),
         o.observations.len()
     );

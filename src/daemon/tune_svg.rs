@@ -175,17 +175,27 @@ fn rate_panel(out: &mut String, s: &TuneState) {
     legend(out, PAD + 8.0, PAD + 40.0, "#d62728", "", "forecast ahead");
 }
 
+/// CPU seconds per 1 000 records/s: runs at different rates compare by
+/// what their settings cost, as the optimiser compares them.
+fn per_krate(cpu_s: f64, rate: f64) -> f64 {
+    cpu_s / rate.max(1.0) * 1000.0
+}
+
 fn front_panel(out: &mut String, s: &TuneState) {
     let o = &s.optimizer;
     let points: Vec<(f64, f64)> = o
         .observations
         .iter()
-        .map(|x| (x.measured.cpu_s, x.measured.peak_memory_bytes))
-        .chain(
-            o.choice
-                .iter()
-                .map(|c| (c.expected_cpu_s, c.expected_peak_memory_bytes)),
-        )
+        .map(|x| {
+            let m = &x.measured;
+            (per_krate(m.cpu_s, m.rate), m.peak_memory_bytes)
+        })
+        .chain(o.choice.iter().map(|c| {
+            (
+                per_krate(c.expected_cpu_s, c.rate),
+                c.expected_peak_memory_bytes,
+            )
+        }))
         .collect();
     let (c0, c1) = bounds(points.iter().map(|p| p.0));
     let (m0, m1) = bounds(points.iter().map(|p| p.1));
@@ -201,7 +211,11 @@ fn front_panel(out: &mut String, s: &TuneState) {
             o.front.len(),
             o.observations.len()
         ),
-        &format!("CPU seconds ({} to {})", short(c0), short(c1)),
+        &format!(
+            "CPU seconds per 1000 records/s ({} to {})",
+            short(c0),
+            short(c1)
+        ),
         (m0, m1),
         "peak memory (bytes)",
     );
@@ -213,7 +227,8 @@ fn front_panel(out: &mut String, s: &TuneState) {
         )
     };
     for x in &o.observations {
-        let (px, py) = at(x.measured.cpu_s, x.measured.peak_memory_bytes);
+        let m = &x.measured;
+        let (px, py) = at(per_krate(m.cpu_s, m.rate), m.peak_memory_bytes);
         let fill = if x.feasible { "#2ca02c" } else { "#bbbbbb" };
         let _ = write!(
             out,
@@ -225,11 +240,17 @@ fn front_panel(out: &mut String, s: &TuneState) {
         .front
         .iter()
         .filter_map(|&i| o.observations.get(i))
-        .map(|x| at(x.measured.cpu_s, x.measured.peak_memory_bytes))
+        .map(|x| {
+            let m = &x.measured;
+            at(per_krate(m.cpu_s, m.rate), m.peak_memory_bytes)
+        })
         .collect();
     polyline(out, &front, r##"stroke="#2ca02c" stroke-width="2""##);
     if let Some(c) = &o.choice {
-        let (px, py) = at(c.expected_cpu_s, c.expected_peak_memory_bytes);
+        let (px, py) = at(
+            per_krate(c.expected_cpu_s, c.rate),
+            c.expected_peak_memory_bytes,
+        );
         let _ = write!(
             out,
             r##"<path d="M{:.1},{:.1} L{:.1},{:.1} M{:.1},{:.1} L{:.1},{:.1}" stroke="#d62728" stroke-width="2.5"/><text x="{:.1}" y="{:.1}" font-size="10" fill="#d62728">chosen (expected)</text>"##,

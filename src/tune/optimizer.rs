@@ -64,6 +64,9 @@ pub(crate) struct Optimizer {
     /// Points of the space-filling design still to hand out.
     design: Vec<Vec<f64>>,
     observations: Vec<Observation>,
+    /// The objectives are modelled by their logarithm (see
+    /// [`Optimizer::log_objectives`]).
+    log: bool,
     rng: StdRng,
 }
 
@@ -85,8 +88,20 @@ impl Optimizer {
             constraints,
             design,
             observations: Vec::new(),
+            log: false,
             rng,
         }
+    }
+
+    /// Models the objectives by their logarithm, for objectives that are
+    /// positive and vary by factors: CPU and memory. A setting that halves
+    /// the CPU at one rate halves it at another, which a model of the log
+    /// carries over as a shift, where a linear model needed a product of
+    /// setting and rate it does not have; and a model of the log never
+    /// expects less than nothing. Values at or below 0 are refused.
+    pub(crate) fn log_objectives(mut self) -> Optimizer {
+        self.log = true;
+        self
     }
 
     /// Drops `n` points of the initial design: runs made before a restart
@@ -120,6 +135,7 @@ impl Optimizer {
         if observation.x.iter().any(|v| !(0.0..=1.0).contains(v))
             || observation.objectives.iter().any(|v| !v.is_finite())
             || observation.constraints.iter().any(|v| !v.is_finite())
+            || (self.log && observation.objectives.iter().any(|&v| v <= 0.0))
         {
             return Err(format!("an observation is out of range: {observation:?}"));
         }
@@ -236,14 +252,20 @@ impl Optimizer {
     /// standard deviations) at the least cost. None until there are
     /// observations, or when nothing is expected to meet the constraints.
     ///
-    /// A candidate's cost is its CPU and memory each as a share above the
-    /// least the models expect of any feasible candidate at this rate,
-    /// summed: 0.2 is a fifth more of one, or a tenth more of both. Shares
-    /// at the rate, not the objectives normalised over every run: the
-    /// runs span all rates, so that scale came from the front at the low
+    /// A candidate's cost is the sum of the logarithms of its CPU and its
+    /// memory, each taken `margin` standard deviations above what the
+    /// models expect: a difference of 0.1 is a tenth more of one, or a
+    /// twentieth more of both, so a saving in one is worth as much as the
+    /// same share of the other, whatever their units and at any rate.
+    /// (Normalised over every run, the scale came from the front at the low
     /// rates, where a setting's memory barely varies, and at the peak a
-    /// 3 % difference in memory outweighed a 20 % one in CPU (the tuner
-    /// kept short checkpoint intervals that cost a fifth more CPU).
+    /// 3 % difference in memory outweighed a 20 % one in CPU.) Pessimistic,
+    /// because the choice runs for real: by the models' means alone, the
+    /// least cost among thousands of candidates was most often where the
+    /// models knew least and guessed low (in `eddy bench tune` one worker
+    /// with a 4 MiB cache and 1 s checkpoints at the peak, half again the
+    /// CPU the runs nearby had measured). Finding out is what profiling
+    /// runs are for.
     ///
     /// `in_force` (normalised, without the rate) competes too, and keeps
     /// its place unless another is expected to cost [`SWITCH_COST`] less:
@@ -262,25 +284,27 @@ impl Optimizer {
             .into_iter()
             .filter(|c| c.constraints.iter().all(|&v| v <= 1.0))
             .collect();
-        // A model may extrapolate to nothing or less; the least observed
-        // value bounds the scale from below.
+        // A linear model may extrapolate to nothing or less; the least
+        // observed value bounds it from below.
         let floor = self.least_objectives();
-        let least: [f64; 2] = std::array::from_fn(|k| {
-            feasible
-                .iter()
-                .map(|c| c.objectives[k])
-                .fold(f64::INFINITY, f64::min)
-                .max(floor[k])
-        });
         let mut best: Option<(f64, Choice)> = None;
         for c in feasible {
-            let cost: f64 = (0..2).map(|k| c.objectives[k] / least[k] - 1.0).sum();
+            let cost: f64 = (0..2).map(|k| c.upper[k].max(floor[k]).ln()).sum();
             let cost = if c.in_force { cost - SWITCH_COST } else { cost };
             if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                 best = Some((cost, c));
             }
         }
         best.map(|(_, c)| c)
+    }
+
+    /// The objectives of a run as the models fit them.
+    fn modelled(&self, o: &Observation) -> [f64; 2] {
+        if self.log {
+            o.objectives.map(f64::ln)
+        } else {
+            o.objectives
+        }
     }
 
     /// The least of each objective over every run (a small positive value
@@ -324,10 +348,16 @@ impl Optimizer {
         let xs: Vec<Vec<f64>> = self.observations.iter().map(|o| o.x.clone()).collect();
         let models: Vec<Gp> = (0..2)
             .map(|k| {
-                let ys: Vec<f64> = self.observations.iter().map(|o| o.objectives[k]).collect();
+                let ys: Vec<f64> = self
+                    .observations
+                    .iter()
+                    .map(|o| self.modelled(o)[k])
+                    .collect();
                 Gp::fit(&xs, &ys)
             })
             .collect();
+        let log = self.log;
+        let back = move |v: f64| if log { v.exp() } else { v };
         let constraints = self.constraint_models(&xs);
         let scalar = self.scalarised([0.5, 0.5]);
         let mut candidates = self.candidates(settings, rate, &scalar);
@@ -342,7 +372,9 @@ impl Optimizer {
         let out = candidates
             .into_iter()
             .map(|x| {
-                let objectives = [models[0].predict(&x).0, models[1].predict(&x).0];
+                let predicted = [models[0].predict(&x), models[1].predict(&x)];
+                let objectives = predicted.map(|(m, _)| back(m));
+                let upper = predicted.map(|(m, sd)| back(m + margin * sd));
                 let expected = constraints
                     .iter()
                     .map(|gp| {
@@ -354,6 +386,7 @@ impl Optimizer {
                     in_force: kept.as_ref() == Some(&x),
                     x,
                     objectives,
+                    upper,
                     constraints: expected,
                 }
             })
@@ -385,25 +418,22 @@ impl Optimizer {
     /// whenever some run was far off (one objective would then decide
     /// every scalarisation, and the front would fill in only at its ends).
     fn objective_bounds(&self) -> ([f64; 2], [f64; 2]) {
-        let points: Vec<[f64; 2]> = self.observations.iter().map(|o| o.objectives).collect();
+        let points: Vec<[f64; 2]> = self.observations.iter().map(|o| self.modelled(o)).collect();
         let mut lo = [f64::INFINITY; 2];
         let mut hi = [f64::NEG_INFINITY; 2];
-        for o in pareto::front(&points)
-            .into_iter()
-            .map(|i| &self.observations[i])
-        {
+        for p in pareto::front(&points).into_iter().map(|i| points[i]) {
             for k in 0..2 {
-                lo[k] = lo[k].min(o.objectives[k]);
-                hi[k] = hi[k].max(o.objectives[k]);
+                lo[k] = lo[k].min(p[k]);
+                hi[k] = hi[k].max(p[k]);
             }
         }
         // A front of one point (objectives that do not conflict) has no
         // range: then all the runs give the scale.
         for k in 0..2 {
             if hi[k] - lo[k] <= 1e-12 * hi[k].abs().max(1.0) {
-                for o in &self.observations {
-                    lo[k] = lo[k].min(o.objectives[k]);
-                    hi[k] = hi[k].max(o.objectives[k]);
+                for p in &points {
+                    lo[k] = lo[k].min(p[k]);
+                    hi[k] = hi[k].max(p[k]);
                 }
             }
         }
@@ -417,10 +447,9 @@ impl Optimizer {
         self.observations
             .iter()
             .map(|o| {
+                let y = self.modelled(o);
                 let f: Vec<f64> = (0..2)
-                    .map(|k| {
-                        weights[k] * (o.objectives[k] - lo[k]) / (hi[k] - lo[k]).max(f64::EPSILON)
-                    })
+                    .map(|k| weights[k] * (y[k] - lo[k]) / (hi[k] - lo[k]).max(f64::EPSILON))
                     .collect();
                 f[0].max(f[1]) + RHO * (f[0] + f[1])
             })
@@ -463,16 +492,19 @@ impl Optimizer {
 pub(crate) struct Choice {
     pub(crate) x: Vec<f64>,
     pub(crate) objectives: [f64; 2],
+    /// The objectives with the margin of [`Optimizer::choose`]: what its
+    /// cost weighs.
+    pub(crate) upper: [f64; 2],
     /// Expected value / limit of each constraint, margin included.
     pub(crate) constraints: Vec<f64>,
     /// These are the settings in force (see [`Optimizer::choose`]).
     pub(crate) in_force: bool,
 }
 
-/// How much less other settings must be expected to cost (CPU and memory,
-/// each as a share above the least expected at the rate, summed: see
-/// [`Optimizer::choose`]) before the settings in force are changed for
-/// them: a tenth of one, or a twentieth of both.
+/// How much less other settings must be expected to cost (the logarithms
+/// of CPU and memory, summed: see [`Optimizer::choose`]) before the
+/// settings in force are changed for them: about a tenth of one, or a
+/// twentieth of both.
 pub(crate) const SWITCH_COST: f64 = 0.1;
 
 /// The largest of a choice's expected constraint ratios.
