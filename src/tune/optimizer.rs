@@ -285,15 +285,8 @@ impl Optimizer {
             .filter(|c| c.constraints.iter().all(|&v| v <= 1.0))
             .collect();
         // A linear model may extrapolate to nothing or less; the least
-        // observed value bounds it from below. A model of the logarithm
-        // needs no floor, and one would hide real savings: CPU per
-        // record/s falls with the rate, so at a peak above every run the
-        // models rightly expect less than any run measured.
-        let floor = if self.log {
-            [0.0; 2]
-        } else {
-            self.least_objectives()
-        };
+        // observed value bounds it from below.
+        let floor = self.least_objectives();
         let mut best: Option<(f64, Choice)> = None;
         for c in feasible {
             let cost: f64 = (0..2).map(|k| c.upper[k].max(floor[k]).ln()).sum();
