@@ -285,7 +285,10 @@ impl Optimizer {
             .filter(|c| c.constraints.iter().all(|&v| v <= 1.0))
             .collect();
         // A linear model may extrapolate to nothing or less; the least
-        // observed value bounds it from below.
+        // observed value bounds it from below. Models of the logarithm
+        // keep the floor too: without it, `eddy bench tune` ran one
+        // worker with a 10 MiB cache and 1.5 s checkpoints on the ramp
+        // and fell behind (Performance → Tuning).
         let floor = self.least_objectives();
         let mut best: Option<(f64, Choice)> = None;
         for c in feasible {
