@@ -189,6 +189,16 @@ impl BinCache {
         self.total_keys * self.entry_bytes
     }
 
+    /// How many more keys the budget has room for.
+    pub(super) fn room_keys(&self) -> usize {
+        let free = self
+            .access
+            .budget
+            .bytes()
+            .saturating_sub(self.resident_bytes());
+        (free / self.entry_bytes) as usize
+    }
+
     pub(super) fn over_budget(&self) -> bool {
         self.resident_bytes() > self.access.budget.bytes()
     }
@@ -199,22 +209,33 @@ impl BinCache {
         if !self.over_budget() {
             return Vec::new();
         }
+        let target = self.access.budget.bytes() / 10 * 9;
+        let excess = self.resident_bytes() - target;
+        self.victims_by(|b| self.keys[b as usize] * self.entry_bytes, excess)
+    }
+
+    /// Resident bins to evict, least recently used first, until their
+    /// `weight` adds up to `excess`.
+    pub(super) fn victims_by(&self, weight: impl Fn(u32) -> u64, excess: u64) -> Vec<u32> {
         let mut candidates: Vec<u32> = (0..self.mode.len() as u32)
-            .filter(|&b| self.mode[b as usize] != Residency::Out && self.keys[b as usize] > 0)
+            .filter(|&b| self.mode[b as usize] != Residency::Out && weight(b) > 0)
             .collect();
         candidates.sort_by_key(|&b| self.last_used[b as usize]);
-        let target = self.access.budget.bytes() / 10 * 9;
-        let mut bytes = self.resident_bytes();
+        let mut freed = 0;
         let mut out = Vec::new();
         for b in candidates {
-            if bytes <= target {
+            if freed >= excess {
                 break;
             }
-            bytes -= self.keys[b as usize] * self.entry_bytes;
+            freed += weight(b);
             out.push(b);
         }
         out.sort_unstable();
         out
+    }
+
+    pub(super) fn budget_bytes(&self) -> u64 {
+        self.access.budget.bytes()
     }
 
     pub(super) fn evicted(&mut self, bin: u32) {

@@ -137,6 +137,58 @@ impl<K: GroupKey> Pane<K> {
         self.table.len()
     }
 
+    /// Keys the table takes before it must grow or rehash (empty slots
+    /// left).
+    pub(super) fn room(&self) -> usize {
+        self.table.capacity() - self.table.len()
+    }
+
+    /// Keys the table holds at most at its size (7/8 of its slots).
+    pub(super) fn full_capacity(&self) -> usize {
+        // The allocation is the slots (entry and control byte each) and
+        // one group of control bytes more: the slots are the power of two
+        // below the allocation over a slot's size.
+        let fits = self.table.allocation_size() / (std::mem::size_of::<Entry<K>>() + 1);
+        let buckets = match fits {
+            0 => return 0,
+            n => 1usize << (usize::BITS - 1 - n.leading_zeros()),
+        };
+        if buckets < 8 {
+            buckets - 1
+        } else {
+            buckets / 8 * 7
+        }
+    }
+
+    /// Bytes of the table's allocation.
+    pub(super) fn table_bytes(&self) -> u64 {
+        self.table.allocation_size() as u64
+    }
+
+    /// Gives back the table's slots beyond what its keys need (when that
+    /// is fewer buckets).
+    pub(super) fn shrink(&mut self) {
+        let hashes = &self.slots.hashes;
+        self.table
+            .shrink_to(self.table.len(), |e| hashes[e.index as usize]);
+    }
+
+    /// Bytes the pane has allocated: its table, whatever its load, and the
+    /// per-key arrays, whatever their fill.
+    #[cfg(test)]
+    pub(super) fn heap_bytes(&self) -> u64 {
+        let s = &self.slots;
+        let vec = |len: usize, size: usize| (len * size) as u64;
+        self.table.allocation_size() as u64
+            + vec(
+                s.heads.capacity() + s.keys.capacity() + s.links.capacity(),
+                4,
+            )
+            + vec(s.hashes.capacity() + s.spill.capacity(), 8)
+            + vec(s.free.capacity(), 4)
+            + vec(s.other.capacity(), std::mem::size_of::<AccState>())
+    }
+
     /// How many keys each bin has in this pane.
     pub(super) fn keys_per_bin(&self) -> &[u32] {
         &self.slots.keys

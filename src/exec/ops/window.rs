@@ -187,6 +187,7 @@ impl<K: GroupKey> Window<K> {
             WindowKind::Session { .. } => unreachable!("sessions have their own operator"),
         };
         let entry_bytes = Self::entry_bytes(&plan);
+        let bound_bytes = Self::entry_bytes_at_most(&plan);
         Window {
             aggs: Aggregates::new(&plan.aggregates),
             plan,
@@ -201,7 +202,7 @@ impl<K: GroupKey> Window<K> {
             late_rows: Vec::new(),
             refire: Vec::new(),
             dirty: DirtyBins::new(bins),
-            cache: state.map(|s| BinCache::new(s, bins, entry_bytes)),
+            cache: state.map(|s| BinCache::new(s, bins, bound_bytes)),
             unconfirmed: None,
             bin_bytes: BinBytes::new(entry_bytes),
         }
@@ -222,6 +223,26 @@ impl<K: GroupKey> Window<K> {
         // to 14 bytes encoded (a string of 9), a heap block beyond, which
         // this leaves out.
         (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>()) as u64
+    }
+
+    /// Memory one key of one window may take, so that keys counted at
+    /// this size fit the cache budget however full the tables are: a
+    /// table just grown is 7/16 full (a key pays for 16/7 slots, entry
+    /// and control byte), and the per-key arrays just doubled are half
+    /// full. Counted at a full table's size ([`Self::entry_bytes`]), a
+    /// 64 MiB budget let the window's tables take 112 MiB.
+    fn entry_bytes_at_most(plan: &WindowPlan) -> u64 {
+        let aggs = Aggregates::new(&plan.aggregates);
+        let slot = (std::mem::size_of::<Entry<K>>() + 1) * 16 / 7;
+        // Link, hash and spilled words per key index, then the owning
+        // accumulators, each array at half its capacity.
+        let words = if aggs.num_len() > INLINE_WORDS {
+            aggs.num_len()
+        } else {
+            0
+        };
+        let arrays = 4 + 8 + words * 8 + aggs.other_len() * std::mem::size_of::<AccState>();
+        (slot + 2 * arrays) as u64
     }
 
     /// Makes a bin whole in memory, merging its base from the store: keys
@@ -376,6 +397,52 @@ impl<K: GroupKey> Window<K> {
         };
         cache.watch_thrash();
         let victims = cache.victims();
+        self.spill_out(victims)
+    }
+
+    /// Before a batch of `rows` rows: a table about to grow past the
+    /// budget makes room in itself instead. Keys counted within the budget
+    /// do not keep a table from growing: evicted keys leave tombstones,
+    /// and a table out of empty slots doubles unless at most half its
+    /// slots are taken (then it rehashes in place). With a 32 MiB budget
+    /// a window's table went from 17 to 34 MiB and back at every eviction.
+    /// So when doubling a table would take the panes past the budget, bins
+    /// are evicted until that table is at most half full.
+    fn make_room(&mut self, rows: usize) -> Result<u64, String> {
+        let Some(cache) = &self.cache else {
+            return Ok(0);
+        };
+        let tables: u64 = self.windows.values().map(|p| p.pane.table_bytes()).sum();
+        let budget = cache.budget_bytes();
+        let mut evicted = 0;
+        let starts: Vec<i64> = self.windows.keys().copied().collect();
+        for start in starts {
+            let Some(panes) = self.windows.get(&start) else {
+                continue;
+            };
+            let pane = &panes.pane;
+            let half = pane.full_capacity() / 2;
+            if pane.room() >= rows || pane.len() + rows <= half {
+                continue;
+            }
+            if tables + pane.table_bytes() <= budget {
+                continue;
+            }
+            let excess = (pane.len() + rows - half) as u64;
+            let per_bin = pane.keys_per_bin();
+            let cache = self.cache.as_mut().expect("checked above");
+            let victims = cache.victims_by(|bin| u64::from(per_bin[bin as usize]), excess);
+            evicted += self.spill_out(victims)?;
+        }
+        Ok(evicted)
+    }
+
+    /// Evicts `victims`, spilling those whose state in the store is not
+    /// current; returns how many.
+    fn spill_out(&mut self, victims: Vec<u32>) -> Result<u64, String> {
+        let Some(cache) = &mut self.cache else {
+            return Ok(0);
+        };
         if victims.is_empty() {
             return Ok(0);
         }
@@ -524,12 +591,23 @@ impl<K: GroupKey> Window<K> {
         for &b in victims {
             cache.evicted(b);
         }
+        // A table keeps its size when keys leave it: one that now needs
+        // half as many slots gives the rest back.
+        for panes in self.windows.values_mut() {
+            panes.pane.shrink();
+        }
         tracing::debug!(
             bins = victims.len(),
             resident_bytes = cache.resident_bytes(),
             "state evicted to the store"
         );
         self.remove_bins(victims);
+    }
+
+    /// Bytes the open windows' panes have allocated.
+    #[cfg(test)]
+    pub(super) fn heap_bytes(&self) -> u64 {
+        self.windows.values().map(|p| p.pane.heap_bytes()).sum()
     }
 
     /// Whether a window ending at `end` is past its allowed lateness.
@@ -561,6 +639,15 @@ impl<K: GroupKey> Operator for Window<K> {
             .last_ingest_ns
             .max(batch.ingest_ns().iter().copied().max().unwrap_or(0));
         self.late_rows.clear();
+        // Before the bins of the batch's records are made ready for them
+        // below (evicting one after would leave records in a bin out).
+        match self.make_room(batch.len()) {
+            Ok(evicted) => ctx.count(&ctx.metrics.state_evictions, evicted),
+            Err(e) => {
+                ctx.fail(format!("cannot spill state to the store: {e}"));
+                return;
+            }
+        }
         // A record for a bin out of memory starts partial aggregates over
         // its base in the store. But while a fired window is open, a late
         // record re-emits its key's whole result: its bin comes back whole.
@@ -589,6 +676,11 @@ impl<K: GroupKey> Operator for Window<K> {
                 }
             }
         }
+        // A new window starts at the last one's size, but within what the
+        // budget has room for.
+        let expected = self.cache.as_ref().map_or(self.expected_keys, |c| {
+            self.expected_keys.min(c.room_keys())
+        });
         let (size, slide) = (self.size_ms, self.slide_ms);
         let (lateness, watermark) = (plan.allowed_lateness_ms, self.watermark);
         let expired = |end: i64| Self::expired(end, lateness, watermark);
@@ -614,7 +706,6 @@ impl<K: GroupKey> Operator for Window<K> {
                 }
             }
         };
-        let expected = self.expected_keys;
         let inputs = aggs.inputs(&batch, &args);
         // Rows of a batch mostly share a tumbling window: keep it at hand.
         let mut current: Option<(i64, &mut Panes<K>)> = None;
