@@ -165,17 +165,22 @@ impl<K: GroupKey> Pane<K> {
         self.table.allocation_size() as u64
     }
 
-    /// Gives back the table's slots beyond what its keys need (when that
-    /// is fewer buckets).
+    /// Gives back half the table or more when a quarter of its room or
+    /// less is taken, keeping room for as many keys again. Not sooner: a
+    /// table evicted to half full to rehash in place (see
+    /// `Window::make_room`) was halved here and doubled again by the next
+    /// batch, two rehashes of every key it held per eviction.
     pub(super) fn shrink(&mut self) {
+        let len = self.table.len();
+        if len > self.full_capacity() / 4 {
+            return;
+        }
         let hashes = &self.slots.hashes;
-        self.table
-            .shrink_to(self.table.len(), |e| hashes[e.index as usize]);
+        self.table.shrink_to(2 * len, |e| hashes[e.index as usize]);
     }
 
     /// Bytes the pane has allocated: its table, whatever its load, and the
     /// per-key arrays, whatever their fill.
-    #[cfg(test)]
     pub(super) fn heap_bytes(&self) -> u64 {
         let s = &self.slots;
         let vec = |len: usize, size: usize| (len * size) as u64;

@@ -412,11 +412,12 @@ impl<K: GroupKey> Window<K> {
         let Some(cache) = &self.cache else {
             return Ok(0);
         };
-        let tables: u64 = self.windows.values().map(|p| p.pane.table_bytes()).sum();
         let budget = cache.budget_bytes();
         let mut evicted = 0;
         let starts: Vec<i64> = self.windows.keys().copied().collect();
         for start in starts {
+            // Evictions for one table may have shrunk the others.
+            let held = self.heap_bytes();
             let Some(panes) = self.windows.get(&start) else {
                 continue;
             };
@@ -425,7 +426,7 @@ impl<K: GroupKey> Window<K> {
             if pane.room() >= rows || pane.len() + rows <= half {
                 continue;
             }
-            if tables + pane.table_bytes() <= budget {
+            if held + pane.table_bytes() <= budget {
                 continue;
             }
             let excess = (pane.len() + rows - half) as u64;
@@ -591,8 +592,8 @@ impl<K: GroupKey> Window<K> {
         for &b in victims {
             cache.evicted(b);
         }
-        // A table keeps its size when keys leave it: one that now needs
-        // half as many slots gives the rest back.
+        // A table keeps its size when keys leave it: one mostly empty
+        // now gives room back.
         for panes in self.windows.values_mut() {
             panes.pane.shrink();
         }
@@ -605,7 +606,6 @@ impl<K: GroupKey> Window<K> {
     }
 
     /// Bytes the open windows' panes have allocated.
-    #[cfg(test)]
     pub(super) fn heap_bytes(&self) -> u64 {
         self.windows.values().map(|p| p.pane.heap_bytes()).sum()
     }
