@@ -414,22 +414,27 @@ impl<K: GroupKey> Window<K> {
         };
         let budget = cache.budget_bytes();
         let mut evicted = 0;
-        let starts: Vec<i64> = self.windows.keys().copied().collect();
-        for start in starts {
+        // Tables this batch may make grow (not rehash in place): mostly none.
+        let tight: Vec<i64> = self
+            .windows
+            .iter()
+            .filter(|(_, p)| {
+                p.pane.room() < rows && p.pane.len() + rows > p.pane.full_capacity() / 2
+            })
+            .map(|(&start, _)| start)
+            .collect();
+        for start in tight {
             // Evictions for one table may have shrunk the others.
             let held = self.heap_bytes();
             let Some(panes) = self.windows.get(&start) else {
                 continue;
             };
             let pane = &panes.pane;
-            let half = pane.full_capacity() / 2;
-            if pane.room() >= rows || pane.len() + rows <= half {
-                continue;
-            }
             if held + pane.table_bytes() <= budget {
                 continue;
             }
-            let excess = (pane.len() + rows - half) as u64;
+            let half = pane.full_capacity() / 2;
+            let excess = (pane.len() + rows).saturating_sub(half) as u64;
             let per_bin = pane.keys_per_bin();
             let cache = self.cache.as_mut().expect("checked above");
             let victims = cache.victims_by(|bin| u64::from(per_bin[bin as usize]), excess);
