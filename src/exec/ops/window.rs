@@ -208,21 +208,14 @@ impl<K: GroupKey> Window<K> {
         }
     }
 
-    /// Memory one key of one window takes, about.
+    /// Memory one key of one window takes, about: its table slot at 7/8
+    /// load (the entry, then the control byte), and its arrays.
     fn entry_bytes(plan: &WindowPlan) -> u64 {
         let aggs = Aggregates::new(&plan.aggregates);
-        // The table slot (at 7/8 load), and the key's hash and bin-list
-        // link beside it.
-        let slot = std::mem::size_of::<Entry<K>>() * 8 / 7 + 1 + 12;
-        let spill = if aggs.num_len() > INLINE_WORDS {
-            aggs.num_len() * 8
-        } else {
-            0
-        };
         // A key of several fields or a string is a `ByteKey`: inline up
         // to 14 bytes encoded (a string of 9), a heap block beyond, which
         // this leaves out.
-        (slot + spill + aggs.other_len() * std::mem::size_of::<AccState>()) as u64
+        (std::mem::size_of::<Entry<K>>() * 8 / 7 + 1 + Self::array_bytes(&aggs)) as u64
     }
 
     /// Memory one key of one window may take, so that keys counted at
@@ -234,15 +227,19 @@ impl<K: GroupKey> Window<K> {
     fn entry_bytes_at_most(plan: &WindowPlan) -> u64 {
         let aggs = Aggregates::new(&plan.aggregates);
         let slot = (std::mem::size_of::<Entry<K>>() + 1) * 16 / 7;
-        // Link, hash and spilled words per key index, then the owning
-        // accumulators, each array at half its capacity.
-        let words = if aggs.num_len() > INLINE_WORDS {
-            aggs.num_len()
+        (slot + 2 * Self::array_bytes(&aggs)) as u64
+    }
+
+    /// Bytes of one key in the pane's per-index arrays: its hash and
+    /// bin-list link, numeric accumulators that do not fit inline, and
+    /// the accumulators that own values.
+    fn array_bytes(aggs: &Aggregates) -> usize {
+        let spill = if aggs.num_len() > INLINE_WORDS {
+            aggs.num_len() * 8
         } else {
             0
         };
-        let arrays = 4 + 8 + words * 8 + aggs.other_len() * std::mem::size_of::<AccState>();
-        (slot + 2 * arrays) as u64
+        12 + spill + aggs.other_len() * std::mem::size_of::<AccState>()
     }
 
     /// Makes a bin whole in memory, merging its base from the store: keys
