@@ -72,7 +72,8 @@ pub(crate) fn apply(
             }
             "flush_interval" => {
                 shared.live.set_flush_interval_ms(v);
-                "live: stdout and file sinks hold lines up to this long".to_string()
+                "live: stdout and file sinks hold lines, and paced generators partial batches, up to this long"
+                    .to_string()
             }
             "batch_size" => {
                 shared.live.batch_size.set(v as usize);

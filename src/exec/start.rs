@@ -523,17 +523,20 @@ pub(crate) fn start_with(
                     Some((Box::new(EmptySource), Some(g.max_out_of_orderness_ms)))
                 }
                 OpSpec::Generator(g) => Some((
-                    Box::new(GeneratorTask::new(
-                        &g.spec,
-                        g.rate,
-                        &g.rate_steps,
-                        g.count,
-                        // Each node generates its slice of the stream.
-                        first_worker + w,
-                        global_workers,
-                        shared.live.batch_size.clone(),
-                        positions(&node.id).as_deref(),
-                    )),
+                    Box::new(
+                        GeneratorTask::new(
+                            &g.spec,
+                            g.rate,
+                            &g.rate_steps,
+                            g.count,
+                            // Each node generates its slice of the stream.
+                            first_worker + w,
+                            global_workers,
+                            shared.live.batch_size.clone(),
+                            positions(&node.id).as_deref(),
+                        )
+                        .lingering(shared.live.flush_interval_ms.clone()),
+                    ),
                     Some(g.max_out_of_orderness_ms),
                 )),
                 OpSpec::NetSource(p) => Some((
