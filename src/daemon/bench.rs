@@ -31,6 +31,7 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
             goal_ms,
             keys,
             window,
+            policies,
             json,
         } => super::bench_tune::tune(
             super::bench_tune::Workload {
@@ -40,6 +41,7 @@ pub(crate) fn bench(workload: Workload) -> ExitCode {
                 keys,
                 window_s: window,
             },
+            &policies,
             json,
         ),
         Workload::Scaling { seed, json, log } => {

@@ -59,7 +59,8 @@ pub(crate) struct Workload {
     pub(crate) window_s: u64,
 }
 
-pub(crate) fn tune(w: Workload, json: bool) -> ExitCode {
+/// Runs `policies` (all three when empty), in their usual order.
+pub(crate) fn tune(w: Workload, policies: &[String], json: bool) -> ExitCode {
     let w = Workload {
         day_s: w.day_s.max(24),
         peak: w.peak.max(100),
@@ -67,7 +68,11 @@ pub(crate) fn tune(w: Workload, json: bool) -> ExitCode {
         window_s: w.window_s.max(1),
         ..w
     };
-    match bench(w) {
+    let policies: Vec<&'static str> = POLICIES
+        .into_iter()
+        .filter(|p| policies.is_empty() || policies.iter().any(|q| q == p))
+        .collect();
+    match bench(w, &policies) {
         Ok(report) => {
             if json {
                 println!("{}", serde_json::to_string(&report).expect("JSON"));
@@ -94,7 +99,9 @@ struct Setup {
     cores: usize,
 }
 
-fn bench(w: Workload) -> Result<Report, String> {
+const POLICIES: [&str; 3] = ["static", "ds2", "demeter"];
+
+fn bench(w: Workload, policies: &[&'static str]) -> Result<Report, String> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let setup = Setup {
         day_s: w.day_s,
@@ -107,7 +114,7 @@ fn bench(w: Workload) -> Result<Report, String> {
     let scratch =
         Scratch(std::env::temp_dir().join(format!("eddy-bench-tune-{}", std::process::id())));
     let mut runs = Vec::new();
-    for policy in ["static", "ds2", "demeter"] {
+    for &policy in policies {
         eprintln!("eddy bench tune: {policy}: running");
         let dir = scratch.0.join(policy);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -477,7 +484,7 @@ fn print_table(r: &Report) {
         "{:<8} {:>8} {:>12} {:>16} {:>14} {:>8}  settings",
         "policy", "cpu s", "peak MiB", "windows > goal", "profiling s", "windows"
     );
-    let base = r.runs.first();
+    let base = r.runs.first().filter(|b| b.policy == "static");
     for run in &r.runs {
         println!(
             "{:<8} {:>8.1} {:>12.1} {:>15.1}% {:>14.1} {:>8}  {}",

@@ -318,6 +318,11 @@ pub(crate) enum Workload {
         /// Seconds of the tumbling window per sensor.
         #[arg(long, default_value_t = 1)]
         window: u64,
+        /// Run only these policies (repeat the flag), e.g. to measure a
+        /// change to the tuner without the half hour of the other two;
+        /// the ratios to static need static in the same run.
+        #[arg(long = "policy", value_parser = ["static", "ds2", "demeter"])]
+        policies: Vec<String>,
         /// Print `{"runs": [{"policy": "static"|"ds2"|"demeter", "cpu_s",
         /// "peak_memory_bytes", "windows_over_goal_pct", "profiling_cpu_s",
         /// "windows", "detail"}], ...}`.
