@@ -301,7 +301,12 @@ fn profiling_runs_wait_while_they_would_pass_their_budget() {
         v["profiling"]["held"].is_string()
     });
     let p = &v["profiling"];
-    assert_eq!(p["runs"], 1, "{p:#}");
+    // Attempts: runs, or on busy cores (tests in parallel) runs starved
+    // of CPU, which failed but whose cost the budget counts (one that got
+    // no clock tick at all cost nothing, and the next may start).
+    let attempts = |p: &Value| p["runs"].as_u64().unwrap() + p["failed"].as_u64().unwrap();
+    let made = attempts(p);
+    assert!((1..=3).contains(&made), "{p:#}");
     assert_eq!(p["budget"], 0.01, "{p:#}");
     assert!(p["used"].as_f64().unwrap() > 0.01, "{p:#}");
     let held = p["held"].as_str().unwrap();
@@ -312,7 +317,7 @@ fn profiling_runs_wait_while_they_would_pass_their_budget() {
     // Runs are due every second; the budget holds them all back.
     std::thread::sleep(Duration::from_secs(4));
     let v = tune_state(port);
-    assert_eq!(v["profiling"]["runs"], 1, "{:#}", v["profiling"]);
+    assert_eq!(attempts(&v["profiling"]), made, "{:#}", v["profiling"]);
     let text = eddy_tune(port, &[]);
     assert!(
         text.contains("profiling budget: 1 % of this node's CPU over the season; the runs took")
@@ -448,6 +453,7 @@ horizon = "2s"
 latency_p99_ms = 50
 max_recovery_s = 5
 profile = false
+profile_duration = "2s"
 workers = [1, 1]
 checkpoint_interval = ["200ms", "2s"]
 cache_bytes = ["16MiB", "64MiB"]
@@ -560,12 +566,57 @@ fn the_choice_is_applied_to_the_running_pipeline_without_a_restart() {
         "uptime {uptime} s, {since_start} s of samples"
     );
     assert!(daemon.0.as_mut().unwrap().try_wait().unwrap().is_none());
+
+    // With the choice in force, the tuner measures the pipeline itself
+    // (a span to settle, then one of `profile_duration`) and tells the
+    // optimiser beside the two runs posted.
+    let v = wait_for(port, "a measure in place", |v| {
+        v["optimizer"]["observations"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["in_place"] == true))
+    });
+    let observations = v["optimizer"]["observations"].as_array().unwrap();
+    let m = observations.iter().find(|o| o["in_place"] == true).unwrap();
+    assert_eq!(m["settings"], v["apply"]["applied"]["settings"], "{m:#}");
+    let rate = m["rate"].as_f64().unwrap();
+    assert!(
+        (1600.0..2400.0).contains(&rate),
+        "the generator's 2000/s: {m:#}"
+    );
+    assert!(m["cpu_s"].as_f64().unwrap() > 0.0, "{m:#}");
+    let rss = m["peak_memory_bytes"].as_f64().unwrap();
+    assert!((1e6..1e9).contains(&rss), "{m:#}");
+    // Windows of 1 s close within the span, and their rows reach the sink.
+    let p99 = m["latency_p99_ms"].as_f64().unwrap();
+    assert!(p99 > 0.0 && p99 < 1000.0, "{m:#}");
+    assert!(m.get("recovery_s").is_none(), "not restarted: {m:#}");
+    // The next span, at the same settings and rate, takes its place.
+    let first = m.clone();
+    let in_place = |v: &Value| -> Vec<Value> {
+        v["optimizer"]["observations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["in_place"] == true)
+            .cloned()
+            .collect()
+    };
+    let v = wait_for(port, "a newer measure in place", |v| {
+        in_place(v).iter().any(|o| *o != first)
+    });
+    assert_eq!(in_place(&v).len(), 1, "{:#}", v["optimizer"]);
+    assert_eq!(
+        v["optimizer"]["observations"].as_array().unwrap().len(),
+        3,
+        "the two runs posted and one measure in place"
+    );
     let text = eddy_tune(port, &[]);
     assert!(text.contains("applied for "), "{text}");
     assert!(
         text.contains("  workers = 1: bins on 1 of 2 worker threads"),
         "{text}"
     );
+    assert!(text.contains(" in place"), "{text}");
 
     // A reload that adds a sink starts the pipeline from its file again:
     // the tuner applies its settings to the new pipeline.

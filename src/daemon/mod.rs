@@ -37,6 +37,7 @@ mod tune_cli;
 mod tune_profile;
 mod tune_remote;
 
+mod tune_in_place;
 mod tune_store;
 mod tune_svg;
 

@@ -11,12 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::gossip::ClusterSource;
 use super::http::{Response, Router};
 use super::tune_apply::{AppliedView, Retry};
 use super::tune_budget::Budget;
+use super::tune_in_place::{InPlace, Reading};
 use super::tune_profile::Recorded;
 use super::tune_remote::Place;
 use super::tune_store::{Measured, TuneStore};
@@ -24,7 +26,7 @@ use crate::config::{NodeConfig, ProfileOn, TuneConfig};
 use crate::exec::Reporter;
 use crate::plan::NodeKind;
 use crate::tune::forecast::{self, Accuracy, Forecast};
-use crate::tune::optimizer::{Observation, Optimizer, SWITCH_COST};
+use crate::tune::optimizer::{MIN_DISTANCE, Observation, Optimizer, SWITCH_COST};
 use crate::tune::space;
 
 /// Points of the initial space-filling design before the models steer.
@@ -83,6 +85,10 @@ pub(crate) struct ProfilingView {
     /// Runs this node made since it started, and their CPU seconds.
     pub(crate) runs: u64,
     pub(crate) cpu_s: f64,
+    /// Attempts that made no run (the child failed or was starved), whose
+    /// CPU the budget still counts.
+    #[serde(default)]
+    pub(crate) failed: u64,
     /// Why the last attempt made no run, if it did not.
     pub(crate) last_error: Option<String>,
     /// What the last run was allowed: its cores, memory and CPU time,
@@ -247,7 +253,7 @@ impl TuneService {
         let mut optimizer =
             Optimizer::new(config.settings.len(), true, 2, INITIAL_DESIGN, 1).log_objectives();
         let mut measured = Vec::new();
-        for m in store.observations() {
+        for m in store.observations().into_iter().chain(store.in_place()) {
             // A run outside a range changed since is kept on disk, but the
             // models fit the space as it is configured now.
             match observation(&config, &m) {
@@ -259,7 +265,7 @@ impl TuneService {
                 Err(e) => tracing::warn!("tuner: a stored profiling run is left out: {e}"),
             }
         }
-        optimizer.skip_design(measured.len());
+        optimizer.skip_design(measured.iter().filter(|m| !m.in_place).count());
         let accuracy = store.accuracy();
         let kept = store.rate_count();
         tracing::info!(
@@ -379,6 +385,7 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
     let step = shared.config.step_ms;
     // (generation, when, records out of each source so far)
     let mut baseline: Option<(u64, Instant, Vec<u64>)> = None;
+    let mut in_place = InPlace::new(Duration::from_millis(shared.config.profile_duration_ms));
     while !stop.load(Ordering::Relaxed) {
         let now = unix_ms();
         let next = (now / step + 1) * step;
@@ -390,22 +397,23 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
             }
             std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
         }
-        let (generation, totals, offered) = {
+        let (generation, totals, offered, latency_us) = {
             let r = lock(&shared.reporter);
             let Some(reporter) = r.1.clone() else {
                 baseline = None;
                 continue;
             };
-            let (totals, offered): (Vec<u64>, Vec<Option<f64>>) = reporter
-                .report()
+            let report = reporter.report();
+            let (totals, offered): (Vec<u64>, Vec<Option<f64>>) = report
                 .components
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| c.kind == NodeKind::Source)
                 .map(|(i, c)| (c.counters.records_out, reporter.offered_per_s(i)))
                 .unzip();
-            (r.0, totals, offered)
+            (r.0, totals, offered, sinks_latency(&report.components))
         };
+        let records = totals.iter().sum();
         let at = Instant::now();
         // The demand: what the sources gave, or what a paced generator is
         // offered when it is more. A pipeline that falls behind (settings
@@ -442,6 +450,56 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
             }
             keep_cache(shared, generation);
         }
+        measure_in_place(shared, &mut in_place, generation, records, latency_us);
+    }
+}
+
+/// Every sink's end-to-end latency so far, in one histogram.
+fn sinks_latency(components: &[crate::exec::ComponentReport]) -> Option<Histogram<u64>> {
+    let mut sinks = components.iter().filter_map(|c| c.latency_us.as_ref());
+    let mut all = sinks.next()?.clone();
+    for h in sinks {
+        all.add(h).ok()?;
+    }
+    Some(all)
+}
+
+/// Reads the process and its pipeline for `meter`, and tells the
+/// optimiser what a span with the tuner's settings in force measured.
+fn measure_in_place(
+    shared: &Shared,
+    meter: &mut InPlace,
+    generation: u64,
+    records: u64,
+    latency_us: Option<Histogram<u64>>,
+) {
+    if !shared.config.apply {
+        return;
+    }
+    let me = std::process::id();
+    let (Ok(cpu_s), Ok(rss_bytes)) = (
+        super::procfs::cpu_seconds(me),
+        super::procfs::status_bytes(&me.to_string(), "VmRSS"),
+    ) else {
+        return;
+    };
+    let applied = lock(&shared.inner)
+        .applied
+        .as_ref()
+        .filter(|(g, _)| *g == generation)
+        .map(|(_, a)| (a.settings.clone(), a.at_unix_ms));
+    let reading = Reading {
+        generation,
+        applied,
+        cpu_s,
+        records,
+        rss_bytes,
+        latency_us,
+    };
+    if let Some(m) = meter.read(Instant::now(), reading)
+        && let Err(e) = lock(&shared.inner).observe_in_place(&shared.config, m)
+    {
+        tracing::warn!("tuner: a measure of the pipeline in place is left out: {e}");
     }
 }
 
@@ -649,6 +707,7 @@ fn profile_loop(
                 if !stop.load(Ordering::Relaxed) {
                     tracing::warn!("tuner: no profiling run: {e}");
                 }
+                inner.profiling.failed += 1;
                 inner.profiling.last_error = Some(e);
             }
         }
@@ -945,6 +1004,41 @@ impl Inner {
         }
     }
 
+    /// A measure of the pipeline in place: it takes the place of an
+    /// earlier one of the same settings at about the same rate (the same
+    /// step of `MIN_DISTANCE` on the rate's scale), so that a day of
+    /// measures adds a few points to the models, not thousands.
+    fn observe_in_place(&mut self, config: &TuneConfig, m: Measured) -> Result<(), String> {
+        let o = observation(config, &m)?;
+        let key = in_place_key(&m);
+        let earlier = self
+            .measured
+            .iter()
+            .position(|e| e.in_place && in_place_key(e) == key);
+        match earlier {
+            Some(i) => {
+                self.optimizer.replace(i, o)?;
+                self.measured[i] = m.clone();
+            }
+            None => {
+                self.optimizer.observe(o)?;
+                self.measured.push(m.clone());
+            }
+        }
+        self.store.put_in_place(&key, &m)?;
+        tracing::debug!(
+            "tuner: in place at {:.0} records/s: {:.2} CPU s per {} ms, {} MiB, p99 {:.1} ms",
+            m.rate,
+            m.cpu_s,
+            config.profile_duration_ms,
+            m.peak_memory_bytes as u64 >> 20,
+            m.latency_p99_ms
+        );
+        self.next_profile = None;
+        self.decide(config);
+        Ok(())
+    }
+
     fn observe(&mut self, config: &TuneConfig, m: Measured) -> Result<usize, String> {
         let o = observation(config, &m)?;
         self.optimizer.observe(o)?;
@@ -954,6 +1048,14 @@ impl Inner {
         self.decide(config);
         Ok(self.measured.len())
     }
+}
+
+/// Which in-place measures replace each other: the same settings, at a
+/// rate in the same step of `MIN_DISTANCE` on the models' scale of rates.
+fn in_place_key(m: &Measured) -> String {
+    let step = (space::rate(m.rate) / MIN_DISTANCE).floor() as u64;
+    let settings: Vec<String> = m.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{} @{step}", settings.join(","))
 }
 
 fn named(config: &TuneConfig, values: &[u64]) -> BTreeMap<String, u64> {
@@ -983,12 +1085,15 @@ fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String>
             "`settings` has `{extra}`, which [tune] does not search"
         ));
     }
+    if m.recovery_s.is_none() && !m.in_place {
+        return Err("`recovery_s` is missing: a profiling run times its recovery".into());
+    }
     let numbers = [
         ("rate", m.rate),
         (OBJECTIVES[0], m.cpu_s),
         (OBJECTIVES[1], m.peak_memory_bytes),
         ("latency_p99_ms", m.latency_p99_ms),
-        ("recovery_s", m.recovery_s),
+        ("recovery_s", m.recovery_s.unwrap_or_default()),
     ];
     if let Some((name, v)) = numbers.iter().find(|(_, v)| !v.is_finite() || *v < 0.0) {
         return Err(format!("`{name}` must be a number of at least 0, not {v}"));
@@ -1011,7 +1116,11 @@ fn observation(config: &TuneConfig, m: &Measured) -> Result<Observation, String>
         // at any rate, and the models carry that across the rates the
         // runs were made at (profiling runs all last as long).
         objectives: [m.cpu_s / m.rate.max(1.0), m.peak_memory_bytes],
-        constraints: vec![latency, m.recovery_s / config.max_recovery_s],
+        constraints: vec![
+            Some(latency),
+            m.recovery_s.map(|r| r / config.max_recovery_s),
+        ],
+        in_place: m.in_place,
     })
 }
 

@@ -156,7 +156,7 @@ pub(crate) fn text(s: &TuneState) -> String {
     if p.enabled {
         let _ = writeln!(
             out,
-            "profiling: {} run{} of {} ms every {} ms (profile_on = {}: {} on peers{}), {:.2} CPU s{}",
+            "profiling: {} run{} of {} ms every {} ms (profile_on = {}: {} on peers{}), {:.2} CPU s{}{}",
             p.runs,
             if p.runs == 1 { "" } else { "s" },
             p.duration_ms,
@@ -168,6 +168,15 @@ pub(crate) fn text(s: &TuneState) -> String {
                 .map(|w| format!(", the last on {w}"))
                 .unwrap_or_default(),
             p.cpu_s,
+            if p.failed > 0 {
+                format!(
+                    "; {} attempt{} failed",
+                    p.failed,
+                    if p.failed == 1 { "" } else { "s" }
+                )
+            } else {
+                String::new()
+            },
             p.last_error
                 .as_ref()
                 .map(|e| format!("; the last attempt made none: {e}"))
@@ -262,13 +271,19 @@ fn row(names: &[&str], s: &TuneState, o: &ObservationView) -> String {
     } else {
         format!("{:.1}", o.measured.latency_p99_ms)
     };
+    let recovery = o
+        .measured
+        .recovery_s
+        .map_or("-".to_string(), |r| format!("{r:.1}"));
+    // Measured on the pipeline itself rather than by a profiling run.
+    let place = if o.measured.in_place { " in place" } else { "" };
     format!(
-        "{line} {:>10.0} {:>8.2} {:>12} {:>8} {:>10.1}",
+        "{line} {:>10.0} {:>8.2} {:>12} {:>8} {:>10}{place}",
         o.measured.rate,
         o.measured.cpu_s,
         bytes(o.measured.peak_memory_bytes),
         latency,
-        o.measured.recovery_s
+        recovery
     )
 }
 

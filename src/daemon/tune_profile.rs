@@ -190,8 +190,9 @@ fn measure(p: &Profile<'_>, cap: &Cap, stop: &AtomicBool) -> Result<Measured, St
         cpu_s,
         peak_memory_bytes,
         latency_p99_ms,
-        recovery_s,
+        recovery_s: Some(recovery_s),
         fell_behind,
+        in_place: false,
     })
 }
 

@@ -166,8 +166,9 @@ pub(crate) fn ask(
             cpu_s: m.cpu_s,
             peak_memory_bytes: m.peak_memory_bytes,
             latency_p99_ms: m.latency_p99_ms,
-            recovery_s: m.recovery_s,
+            recovery_s: Some(m.recovery_s),
             fell_behind: m.fell_behind,
+            in_place: false,
         },
         m.cap,
     ))
@@ -400,7 +401,8 @@ impl Served {
             cpu_s: m.cpu_s,
             peak_memory_bytes: m.peak_memory_bytes,
             latency_p99_ms: m.latency_p99_ms,
-            recovery_s: m.recovery_s,
+            // A profiling run always times its recovery.
+            recovery_s: m.recovery_s.unwrap_or_default(),
             fell_behind: m.fell_behind,
             cap: format!("on {}: {}", self.mesh.identity().name, cap.describe()),
         })

@@ -15,8 +15,9 @@ const RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 /// the disk of a small device.
 const MAX_RATES: usize = 100_000;
 
-/// One profiling run as measured, in the config's units: kept raw so that
-/// a changed `[tune]` range re-normalises it rather than misreading it.
+/// One run as measured (a profiling run, or the pipeline itself in
+/// place), in the config's units: kept raw so that a changed `[tune]`
+/// range re-normalises it rather than misreading it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Measured {
     /// Setting name to value, in the config's units (bytes, ms, counts).
@@ -26,18 +27,28 @@ pub(crate) struct Measured {
     pub(crate) cpu_s: f64,
     pub(crate) peak_memory_bytes: f64,
     pub(crate) latency_p99_ms: f64,
-    pub(crate) recovery_s: f64,
+    /// None where the run could not measure it: the pipeline in place
+    /// does not restart to time its recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) recovery_s: Option<f64>,
     /// The run fell behind its rate: no window closed, and
     /// `latency_p99_ms` is the backlog at its end, a lower bound. These
     /// settings cannot carry the rate there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) fell_behind: bool,
+    /// Measured on the running pipeline, over a span with these settings
+    /// in force, instead of by a profiling run (`tune_in_place`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) in_place: bool,
 }
 
 pub(crate) struct TuneStore {
     dir: PathBuf,
     rates: sled::Tree,
     observations: sled::Tree,
+    /// Measures of the pipeline in place, by `tune::in_place_key`: a newer
+    /// one of the same key replaces the older.
+    in_place: sled::Tree,
     meta: sled::Tree,
     _db: sled::Db,
 }
@@ -57,6 +68,7 @@ impl TuneStore {
         Ok(TuneStore {
             rates: tree("rates")?,
             observations: tree("observations")?,
+            in_place: tree("in_place")?,
             meta: tree("meta")?,
             _db: db.clone(),
             dir,
@@ -144,6 +156,26 @@ impl TuneStore {
             .collect()
     }
 
+    /// Every measure in place kept, by key.
+    pub(crate) fn in_place(&self) -> Vec<Measured> {
+        self.in_place
+            .iter()
+            .values()
+            .filter_map(Result::ok)
+            .filter_map(|v| serde_json::from_slice(&v).ok())
+            .collect()
+    }
+
+    /// Keeps `m` under `key`, in the place of the one there. Not flushed:
+    /// the next one comes within a step, and sled flushes on its own.
+    pub(crate) fn put_in_place(&self, key: &str, m: &Measured) -> Result<(), String> {
+        let bytes = serde_json::to_vec(m).map_err(|e| e.to_string())?;
+        self.in_place
+            .insert(key, bytes)
+            .map(drop)
+            .map_err(|e| self.err(e))
+    }
+
     pub(crate) fn push_observation(&self, m: &Measured) -> Result<(), String> {
         let id = self.observations.len() as u64;
         let bytes = serde_json::to_vec(m).map_err(|e| e.to_string())?;
@@ -179,7 +211,8 @@ mod tests {
                 cpu_s: 1.5,
                 peak_memory_bytes: 1e6,
                 latency_p99_ms: 3.0,
-                recovery_s: 0.5,
+                recovery_s: Some(0.5),
+                in_place: false,
             })
             .unwrap();
         }

@@ -232,8 +232,12 @@ fn front_panel(out: &mut String, s: &TuneState) {
         let fill = if x.feasible { "#2ca02c" } else { "#bbbbbb" };
         let _ = write!(
             out,
-            r##"<circle cx="{px:.1}" cy="{py:.1}" r="4" fill="{fill}" stroke="#333"><title>{} records/s, p99 {:.1} ms, recovery {:.1} s</title></circle>"##,
-            x.measured.rate, x.measured.latency_p99_ms, x.measured.recovery_s
+            r##"<circle cx="{px:.1}" cy="{py:.1}" r="4" fill="{fill}" stroke="#333"><title>{} records/s, p99 {:.1} ms, {}</title></circle>"##,
+            x.measured.rate,
+            x.measured.latency_p99_ms,
+            x.measured
+                .recovery_s
+                .map_or("in place".to_string(), |r| format!("recovery {r:.1} s"))
         );
     }
     let front: Vec<(f64, f64)> = o

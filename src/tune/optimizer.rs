@@ -41,18 +41,33 @@ pub(crate) const MIN_DISTANCE: f64 = 0.02;
 /// Weight vectors are drawn from this many steps of the simplex.
 const WEIGHT_STEPS: usize = 10;
 
-/// What one profiling run measured at one point.
+/// Profiling runs closer than this to an observation made in place are
+/// left out of the objective models (see [`Observation::in_place`]): 0.1
+/// is a tenth of each setting's range, or a rate a factor of about 6
+/// apart, alone.
+pub(crate) const SUPERSEDED_WITHIN: f64 = 0.1;
+
+/// What one run measured at one point.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Observation {
     pub(crate) x: Vec<f64>,
     pub(crate) objectives: [f64; 2],
-    /// Each constraint as value / limit: met when at most 1.
-    pub(crate) constraints: Vec<f64>,
+    /// Each constraint as value / limit: met when at most 1; `None` where
+    /// the run could not measure it.
+    pub(crate) constraints: Vec<Option<f64>>,
+    /// Measured on the system itself, with these settings in force, rather
+    /// than on a short stand-in for it (a profiling run). Near it, its
+    /// objectives replace the stand-ins': a short run misses what only
+    /// builds up over time (state that fills the cache over many windows),
+    /// and the models otherwise kept choosing settings whose cost only the
+    /// stand-ins had seen.
+    pub(crate) in_place: bool,
 }
 
 impl Observation {
+    /// Meets every constraint it measured.
     pub(crate) fn feasible(&self) -> bool {
-        self.constraints.iter().all(|&c| c <= 1.0)
+        self.constraints.iter().flatten().all(|&c| c <= 1.0)
     }
 }
 
@@ -134,13 +149,43 @@ impl Optimizer {
         }
         if observation.x.iter().any(|v| !(0.0..=1.0).contains(v))
             || observation.objectives.iter().any(|v| !v.is_finite())
-            || observation.constraints.iter().any(|v| !v.is_finite())
+            || observation
+                .constraints
+                .iter()
+                .flatten()
+                .any(|v| !v.is_finite())
             || (self.log && observation.objectives.iter().any(|&v| v <= 0.0))
         {
             return Err(format!("an observation is out of range: {observation:?}"));
         }
         self.observations.push(observation);
         Ok(())
+    }
+
+    /// Puts `observation` in the place of the `i`th one (a newer measure of
+    /// the same point), checked as [`Optimizer::observe`] checks it.
+    pub(crate) fn replace(&mut self, i: usize, observation: Observation) -> Result<(), String> {
+        if i >= self.observations.len() {
+            return Err(format!("no observation {i} to replace"));
+        }
+        self.observe(observation)?;
+        self.observations.swap_remove(i);
+        Ok(())
+    }
+
+    /// The observations the objective models fit: all but the profiling
+    /// runs an in-place observation supersedes.
+    fn objective_runs(&self) -> Vec<&Observation> {
+        let in_place: Vec<&Observation> = self.observations.iter().filter(|o| o.in_place).collect();
+        self.observations
+            .iter()
+            .filter(|o| {
+                o.in_place
+                    || !in_place
+                        .iter()
+                        .any(|p| distance(&p.x, &o.x) < SUPERSEDED_WITHIN)
+            })
+            .collect()
     }
 
     /// The settings to profile next, at `rate` (ignored without context).
@@ -167,19 +212,20 @@ impl Optimizer {
             return x;
         }
         let weights = self.draw_weights();
-        let scalar = self.scalarised(weights);
-        let feasible_best = self
-            .observations
+        let runs = self.objective_runs();
+        let scalar = self.scalarised(&runs, weights);
+        let feasible_best = runs
             .iter()
             .zip(&scalar)
             .filter(|(o, _)| o.feasible())
             .map(|(_, &s)| s)
             .fold(f64::INFINITY, f64::min);
-        let xs: Vec<Vec<f64>> = self.observations.iter().map(|o| o.x.clone()).collect();
+        let xs: Vec<Vec<f64>> = runs.iter().map(|o| o.x.clone()).collect();
         let objective = Gp::fit(&xs, &scalar);
-        let constraints = self.constraint_models(&xs);
+        let elite = elite(&runs, &scalar, settings);
+        let constraints = self.constraint_models();
         let mut scored = Vec::new();
-        for mut x in self.candidates(settings, rate, &scalar) {
+        for mut x in self.candidates(settings, rate, &elite) {
             raise(&mut x);
             if self
                 .observations
@@ -191,7 +237,7 @@ impl Optimizer {
             let feasibility: f64 = constraints
                 .iter()
                 .map(|gp| {
-                    let (m, sd) = gp.predict(&x);
+                    let (m, sd) = predict_constraint(gp.as_ref(), &x);
                     normal_cdf(-m / sd)
                 })
                 .product();
@@ -237,9 +283,13 @@ impl Optimizer {
 
     /// The observed runs that meet every constraint and no other such run
     /// beats in both objectives, by the first objective.
+    /// Profiling runs an in-place observation supersedes are left out.
     pub(crate) fn front(&self) -> Vec<&Observation> {
-        let feasible: Vec<&Observation> =
-            self.observations.iter().filter(|o| o.feasible()).collect();
+        let feasible: Vec<&Observation> = self
+            .objective_runs()
+            .into_iter()
+            .filter(|o| o.feasible())
+            .collect();
         let points: Vec<[f64; 2]> = feasible.iter().map(|o| o.objectives).collect();
         pareto::front(&points)
             .into_iter()
@@ -313,9 +363,9 @@ impl Optimizer {
     /// The least of each objective over every run (a small positive value
     /// where none is positive).
     fn least_objectives(&self) -> [f64; 2] {
+        let runs = self.objective_runs();
         std::array::from_fn(|k| {
-            let least = self
-                .observations
+            let least = runs
                 .iter()
                 .map(|o| o.objectives[k])
                 .filter(|&v| v > 0.0)
@@ -348,22 +398,20 @@ impl Optimizer {
             return None;
         }
         let settings = self.dims - usize::from(self.context);
-        let xs: Vec<Vec<f64>> = self.observations.iter().map(|o| o.x.clone()).collect();
+        let runs = self.objective_runs();
+        let xs: Vec<Vec<f64>> = runs.iter().map(|o| o.x.clone()).collect();
         let models: Vec<Gp> = (0..2)
             .map(|k| {
-                let ys: Vec<f64> = self
-                    .observations
-                    .iter()
-                    .map(|o| self.modelled(o)[k])
-                    .collect();
+                let ys: Vec<f64> = runs.iter().map(|o| self.modelled(o)[k]).collect();
                 Gp::fit(&xs, &ys)
             })
             .collect();
         let log = self.log;
         let back = move |v: f64| if log { v.exp() } else { v };
-        let constraints = self.constraint_models(&xs);
-        let scalar = self.scalarised([0.5, 0.5]);
-        let mut candidates = self.candidates(settings, rate, &scalar);
+        let scalar = self.scalarised(&runs, [0.5, 0.5]);
+        let elite = elite(&runs, &scalar, settings);
+        let constraints = self.constraint_models();
+        let mut candidates = self.candidates(settings, rate, &elite);
         let kept = in_force.filter(|x| x.len() == settings).map(|x| {
             let mut x = x.to_vec();
             if self.context {
@@ -381,7 +429,7 @@ impl Optimizer {
                 let expected = constraints
                     .iter()
                     .map(|gp| {
-                        let (m, sd) = gp.predict(&x);
+                        let (m, sd) = predict_constraint(gp.as_ref(), &x);
                         (m + margin * sd).exp()
                     })
                     .collect();
@@ -397,16 +445,17 @@ impl Optimizer {
         Some(out)
     }
 
-    /// A model per constraint, of the log of its ratio to the limit.
-    fn constraint_models(&self, xs: &[Vec<f64>]) -> Vec<Gp> {
+    /// A model per constraint, of the log of its ratio to the limit, over
+    /// the runs that measured it; none while no run has.
+    fn constraint_models(&self) -> Vec<Option<Gp>> {
         (0..self.constraints)
             .map(|c| {
-                let ys: Vec<f64> = self
+                let (xs, ys): (Vec<Vec<f64>>, Vec<f64>) = self
                     .observations
                     .iter()
-                    .map(|o| log_ratio(o.constraints[c]))
-                    .collect();
-                Gp::fit(xs, &ys)
+                    .filter_map(|o| Some((o.x.clone(), log_ratio(o.constraints[c]?))))
+                    .unzip();
+                (!ys.is_empty()).then(|| Gp::fit(&xs, &ys))
             })
             .collect()
     }
@@ -420,8 +469,8 @@ impl Optimizer {
     /// the range of all observations would squeeze the front into a corner
     /// whenever some run was far off (one objective would then decide
     /// every scalarisation, and the front would fill in only at its ends).
-    fn objective_bounds(&self) -> ([f64; 2], [f64; 2]) {
-        let points: Vec<[f64; 2]> = self.observations.iter().map(|o| self.modelled(o)).collect();
+    fn objective_bounds(&self, runs: &[&Observation]) -> ([f64; 2], [f64; 2]) {
+        let points: Vec<[f64; 2]> = runs.iter().map(|o| self.modelled(o)).collect();
         let mut lo = [f64::INFINITY; 2];
         let mut hi = [f64::NEG_INFINITY; 2];
         for p in pareto::front(&points).into_iter().map(|i| points[i]) {
@@ -443,12 +492,11 @@ impl Optimizer {
         (lo, hi)
     }
 
-    /// The augmented Chebyshev scalarisation of every observation, on
-    /// objectives normalised to [0, 1] over what was observed.
-    fn scalarised(&self, weights: [f64; 2]) -> Vec<f64> {
-        let (lo, hi) = self.objective_bounds();
-        self.observations
-            .iter()
+    /// The augmented Chebyshev scalarisation of each of `runs`, on
+    /// objectives normalised to [0, 1] over what they measured.
+    fn scalarised(&self, runs: &[&Observation], weights: [f64; 2]) -> Vec<f64> {
+        let (lo, hi) = self.objective_bounds(runs);
+        runs.iter()
             .map(|o| {
                 let y = self.modelled(o);
                 let f: Vec<f64> = (0..2)
@@ -459,16 +507,9 @@ impl Optimizer {
             .collect()
     }
 
-    /// Uniform random points, and small perturbations of the best few
-    /// observed ones (where improvement is most likely), at `rate`.
-    fn candidates(&mut self, settings: usize, rate: f64, scalar: &[f64]) -> Vec<Vec<f64>> {
-        let mut order: Vec<usize> = (0..scalar.len()).collect();
-        crate::cold_sort::sort_by(&mut order, |&a, &b| scalar[a].total_cmp(&scalar[b]));
-        let elite: Vec<Vec<f64>> = order
-            .iter()
-            .take(5)
-            .map(|&i| self.observations[i].x[..settings].to_vec())
-            .collect();
+    /// Uniform random points, and small perturbations of `elite` (where
+    /// improvement is most likely), at `rate`.
+    fn candidates(&mut self, settings: usize, rate: f64, elite: &[Vec<f64>]) -> Vec<Vec<f64>> {
         let mut out = Vec::with_capacity(2 * CANDIDATES);
         for i in 0..2 * CANDIDATES {
             let mut x: Vec<f64> = if i < CANDIDATES || elite.is_empty() {
@@ -487,6 +528,24 @@ impl Optimizer {
         }
         out
     }
+}
+
+/// The settings of the best few of `runs` by `scalar`.
+fn elite(runs: &[&Observation], scalar: &[f64], settings: usize) -> Vec<Vec<f64>> {
+    let mut order: Vec<usize> = (0..scalar.len()).collect();
+    crate::cold_sort::sort_by(&mut order, |&a, &b| scalar[a].total_cmp(&scalar[b]));
+    order
+        .iter()
+        .take(5)
+        .map(|&i| runs[i].x[..settings].to_vec())
+        .collect()
+}
+
+/// A constraint model's prediction at `x`: without a model (no run
+/// measured the constraint yet), right at the limit and unsure, which
+/// neither rules a candidate out nor lets one be chosen with a margin.
+fn predict_constraint(gp: Option<&Gp>, x: &[f64]) -> (f64, f64) {
+    gp.map_or((0.0, 1.0), |gp| gp.predict(x))
 }
 
 /// The optimiser's pick for one rate: settings (normalised, with the rate

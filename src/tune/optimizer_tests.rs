@@ -27,6 +27,7 @@ fn parego_recovers_the_known_front_of_zdt1() {
             x,
             objectives,
             constraints: vec![],
+            in_place: false,
         })
         .unwrap();
     }
@@ -60,7 +61,8 @@ fn constraints_keep_the_front_and_the_choice_feasible() {
             1.0 - x[0] + 0.2 * x[1],
             1.0 - x[0] + 0.5 * (x[1] - 0.5).powi(2),
         ],
-        constraints: vec![x[0] / 0.6],
+        constraints: vec![Some(x[0] / 0.6)],
+        in_place: false,
     };
     let mut opt = Optimizer::new(2, false, 1, 8, 3);
     for _ in 0..30 {
@@ -90,7 +92,8 @@ fn workers(most: f64) -> impl Fn(&[f64]) -> Observation {
     move |x: &[f64]| Observation {
         x: x.to_vec(),
         objectives: [x[0], 0.1 + 0.5 * x[0]],
-        constraints: vec![x[1] / (0.1 + most * x[0])],
+        constraints: vec![Some(x[1] / (0.1 + most * x[0]))],
+        in_place: false,
     }
 }
 
@@ -152,7 +155,8 @@ fn bad_observations_are_refused_with_a_reason() {
     let ok = Observation {
         x: vec![0.5, 0.5],
         objectives: [1.0, 1.0],
-        constraints: vec![0.5],
+        constraints: vec![Some(0.5)],
+        in_place: false,
     };
     assert!(opt.observe(ok.clone()).is_ok());
     let short = Observation {
@@ -225,7 +229,8 @@ fn checkpoints(x: &[f64]) -> Observation {
             0.01 + rate * (1.0 - 0.2 * interval),
             1.0 + 0.3 * rate + 0.03 * interval * rate * rate,
         ],
-        constraints: vec![0.5],
+        constraints: vec![Some(0.5)],
+        in_place: false,
     }
 }
 
@@ -264,6 +269,7 @@ fn suggestions_are_raised_to_the_floor_and_never_near_a_run_made() {
             objectives: [x[0] + x[1], 2.0 - x[0] - 0.5 * x[1]],
             x,
             constraints: vec![],
+            in_place: false,
         })
         .unwrap();
     }
@@ -326,7 +332,8 @@ fn at_the_peak_the_choice_follows_what_the_runs_measured_there() {
         opt.observe(Observation {
             x,
             objectives: [cpu_s / rate, mib * 1048576.0],
-            constraints: vec![p99 / 500.0],
+            constraints: vec![Some(p99 / 500.0)],
+            in_place: false,
         })
         .unwrap();
     }
@@ -340,4 +347,87 @@ fn at_the_peak_the_choice_follows_what_the_runs_measured_there() {
     assert!(chosen[2] >= 10_000, "{chosen:?}, {c:?}");
     let cpu_s = c.objectives[0] * 100_000.0;
     assert!(cpu_s < 3.0, "expects {cpu_s} CPU s: {chosen:?}");
+}
+
+/// One setting (the cache, normalised) and the rate. A larger cache saves
+/// CPU. A short profiling run fills at most a fifth of the range before it
+/// ends, so it measures the same memory for every cache above that, where
+/// the pipeline itself, run for long, fills all of it.
+fn cache(x: &[f64], in_place: bool) -> Observation {
+    let filled = if in_place { x[0] } else { x[0].min(0.2) };
+    Observation {
+        x: x.to_vec(),
+        objectives: [0.5 + 1.5 * (1.0 - x[0]), 20.0 + 100.0 * filled],
+        constraints: vec![Some(0.5)],
+        in_place,
+    }
+}
+
+#[test]
+fn a_measure_in_place_overrules_the_profiling_runs_near_it() {
+    let mut opt = Optimizer::new(1, true, 1, 0, 11);
+    for i in 0..=10 {
+        opt.observe(cache(&[i as f64 / 10.0, 0.8], false)).unwrap();
+    }
+    // By the profiling runs, the largest cache costs the same memory as
+    // a fifth of it and saves CPU.
+    let first = opt.choose(0.8, 1.0, None).expect("a choice");
+    assert!(first.x[0] > 0.9, "{first:?}");
+    // Run in place, it fills: 120 where the runs measured 40.
+    let in_force = [first.x[0]];
+    opt.observe(cache(&first.x, true)).unwrap();
+    assert!(
+        opt.front().iter().all(|o| o.in_place || o.x[0] < 0.85),
+        "the runs near it are off the front: {:?}",
+        opt.front()
+    );
+    let second = opt.choose(0.8, 1.0, Some(&in_force)).expect("a choice");
+    assert!(
+        !second.in_force && second.x[0] < first.x[0] - 0.1,
+        "{second:?}"
+    );
+    assert!(
+        second.objectives[1] < 80.0,
+        "the choice is expected to hold less than the largest cache measured in place: {second:?}"
+    );
+    // A newer measure of the same point takes the older one's place.
+    let n = opt.observations().len();
+    let mut again = cache(&first.x, true);
+    again.objectives[1] = 125.0;
+    opt.replace(n - 1, again.clone()).unwrap();
+    assert_eq!(opt.observations().len(), n);
+    assert_eq!(opt.observations()[n - 1], again);
+}
+
+#[test]
+fn a_constraint_no_run_measured_is_left_to_the_runs_that_did() {
+    let mut opt = Optimizer::new(1, false, 2, 0, 12);
+    for i in 0..=4 {
+        let x = i as f64 / 4.0;
+        opt.observe(Observation {
+            x: vec![x],
+            objectives: [1.0 + x, 2.0 - x],
+            constraints: vec![Some(0.5), Some(0.5)],
+            in_place: false,
+        })
+        .unwrap();
+    }
+    // Measured in place: no recovery time, and a latency over the goal.
+    let o = Observation {
+        x: vec![0.5],
+        objectives: [1.5, 1.5],
+        constraints: vec![Some(2.0), None],
+        in_place: true,
+    };
+    assert!(!o.feasible());
+    assert!(
+        Observation {
+            constraints: vec![Some(0.9), None],
+            ..o.clone()
+        }
+        .feasible()
+    );
+    opt.observe(o).unwrap();
+    let choice = opt.choose(0.0, 1.0, None).expect("a choice");
+    assert!(choice.constraints[1] < 1.0, "{choice:?}");
 }
