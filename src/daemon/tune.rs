@@ -780,28 +780,17 @@ impl Inner {
         Ok(())
     }
 
-    /// The choice to apply now, if any: the first one, one for a
-    /// forecast peak that moved beyond the threshold, or the one in force
-    /// again after a reload.
+    /// The choice to apply now, if any (`tune_apply::due`).
     fn apply_due(&self, config: &TuneConfig, generation: u64) -> Option<ChoiceView> {
         let choice = self.choice.as_ref().filter(|_| config.apply)?;
-        let moved = |a: &AppliedView| {
-            (choice.rate - a.rate).abs() > config.apply_threshold * a.rate.max(1.0)
-        };
-        let due = match &self.applied {
-            None => true,
-            Some((g, a)) => *g != generation || moved(a),
-        };
-        due.then(|| match &self.applied {
-            // After a reload the settings in force are applied again, not
-            // a newer choice for a rate that has not moved.
-            Some((g, a)) if *g != generation && !moved(a) => ChoiceView {
-                settings: a.settings.clone(),
-                rate: a.rate,
-                ..choice.clone()
-            },
-            _ => choice.clone(),
-        })
+        super::tune_apply::due(
+            choice,
+            self.applied.as_ref(),
+            generation,
+            &self.measured,
+            config.apply_threshold,
+            config.latency_p99_ms,
+        )
     }
 
     /// The settings applied last, normalised, while they are all within

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::tune::ChoiceView;
+use super::tune_store::Measured;
 use crate::exec::{RebalanceError, Reporter};
 
 /// What the tuner applied last, and how each setting went.
@@ -21,6 +23,46 @@ pub(crate) struct AppliedView {
     pub(crate) settings: BTreeMap<String, u64>,
     /// Per setting: how it was applied, or why it was not.
     pub(crate) outcome: BTreeMap<String, String>,
+}
+
+/// The choice to apply now, given what was applied last (in which
+/// pipeline generation) and what the optimiser has measured: the first
+/// choice; one for a forecast peak that moved beyond `threshold`; the
+/// settings in force again after a reload; or, when the settings in force
+/// missed the latency goal in place at a rate the peak reaches, a choice
+/// that differs from them. Without that last case late windows went on
+/// until the rate moved by the threshold, while the models that had
+/// learnt of them already chose otherwise.
+pub(crate) fn due(
+    choice: &ChoiceView,
+    applied: Option<&(u64, AppliedView)>,
+    generation: u64,
+    measured: &[Measured],
+    threshold: f64,
+    goal_ms: f64,
+) -> Option<ChoiceView> {
+    let Some((g, a)) = applied else {
+        return Some(choice.clone());
+    };
+    let moved = (choice.rate - a.rate).abs() > threshold * a.rate.max(1.0);
+    if *g != generation && !moved {
+        // After a reload the settings in force are applied again, not a
+        // newer choice for a rate that has not moved.
+        return Some(ChoiceView {
+            settings: a.settings.clone(),
+            rate: a.rate,
+            ..choice.clone()
+        });
+    }
+    let missed = || {
+        measured.iter().any(|m| {
+            m.in_place
+                && m.settings == a.settings
+                && m.latency_p99_ms > goal_ms
+                && m.rate <= choice.rate * (1.0 + threshold)
+        })
+    };
+    (moved || (choice.settings != a.settings && missed())).then(|| choice.clone())
 }
 
 /// Why an application must be tried again later.
@@ -202,6 +244,91 @@ fn workers(reporter: &Reporter, want: usize) -> Result<String, Retry> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn choice(rate: f64, workers: u64) -> ChoiceView {
+        ChoiceView {
+            settings: BTreeMap::from([("workers".to_string(), workers)]),
+            rate,
+            expected_cpu_s: 1.0,
+            expected_peak_memory_bytes: 1e8,
+            expected_latency_p99_ms: 100.0,
+            expected_recovery_s: 1.0,
+        }
+    }
+
+    fn applied(generation: u64, rate: f64, workers: u64) -> (u64, AppliedView) {
+        let view = AppliedView {
+            at_unix_ms: 0,
+            rate,
+            settings: BTreeMap::from([("workers".to_string(), workers)]),
+            outcome: BTreeMap::new(),
+        };
+        (generation, view)
+    }
+
+    fn in_place(rate: f64, workers: u64, p99_ms: f64) -> Measured {
+        Measured {
+            settings: BTreeMap::from([("workers".to_string(), workers)]),
+            rate,
+            cpu_s: 1.0,
+            peak_memory_bytes: 1e8,
+            latency_p99_ms: p99_ms,
+            recovery_s: None,
+            fell_behind: false,
+            in_place: true,
+        }
+    }
+
+    fn workers(c: Option<ChoiceView>) -> Option<u64> {
+        c.map(|c| c.settings["workers"])
+    }
+
+    #[test]
+    fn a_choice_is_applied_first_when_the_peak_moves_and_again_after_a_reload() {
+        let due = |a: Option<&(u64, AppliedView)>, g, rate, w| {
+            workers(super::due(&choice(rate, w), a, g, &[], 0.2, 500.0))
+        };
+        assert_eq!(due(None, 1, 1000.0, 2), Some(2));
+        let a = applied(1, 1000.0, 1);
+        // A newer choice for a peak within the threshold waits.
+        assert_eq!(due(Some(&a), 1, 1150.0, 2), None);
+        assert_eq!(due(Some(&a), 1, 1250.0, 2), Some(2));
+        assert_eq!(due(Some(&a), 1, 750.0, 2), Some(2));
+        // A reload: the settings in force again, not the newer choice.
+        assert_eq!(due(Some(&a), 2, 1150.0, 2), Some(1));
+        assert_eq!(due(Some(&a), 2, 1250.0, 2), Some(2));
+    }
+
+    /// The settings in force missed the goal in place: a choice that
+    /// differs goes in without waiting for the peak to move; one that
+    /// does not, or a miss only at a rate the peak does not reach, or
+    /// one by other settings, changes nothing.
+    #[test]
+    fn settings_that_missed_the_goal_in_place_make_way_for_the_choice() {
+        let a = applied(1, 1000.0, 1);
+        let due = |measured: &[Measured], w| {
+            workers(super::due(
+                &choice(1100.0, w),
+                Some(&a),
+                1,
+                measured,
+                0.2,
+                500.0,
+            ))
+        };
+        assert_eq!(due(&[in_place(1000.0, 1, 400.0)], 2), None);
+        assert_eq!(due(&[in_place(1000.0, 1, 600.0)], 2), Some(2));
+        assert_eq!(due(&[in_place(1000.0, 1, 600.0)], 1), None);
+        assert_eq!(due(&[in_place(2000.0, 1, 600.0)], 2), None);
+        assert_eq!(due(&[in_place(1000.0, 2, 600.0)], 2), None);
+        let run = Measured {
+            in_place: false,
+            ..in_place(1000.0, 1, 600.0)
+        };
+        assert_eq!(due(&[run], 2), None);
+    }
+
     fn plan(window: &str) -> crate::plan::Plan {
         let toml = format!(
             r#"
