@@ -487,7 +487,7 @@ fn measure_in_place(
         .applied
         .as_ref()
         .filter(|(g, _)| *g == generation)
-        .map(|(_, a)| (a.settings.clone(), a.at_unix_ms));
+        .map(|(_, a)| a.settings.clone());
     let reading = Reading {
         generation,
         applied,

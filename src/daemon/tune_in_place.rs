@@ -23,9 +23,12 @@ use super::tune_store::Measured;
 pub(crate) struct Reading {
     /// The pipeline generation (a reload starts another).
     pub(crate) generation: u64,
-    /// The settings the tuner applied to this generation and when (unix
-    /// ms), if it did.
-    pub(crate) applied: Option<(BTreeMap<String, u64>, u64)>,
+    /// The settings the tuner applied to this generation, if it did. Not
+    /// when: the tuner applies its choice again each time the forecast
+    /// peak moves, often the same settings at low rates, which change
+    /// nothing and must not start the settling over (in `eddy bench
+    /// tune` no measure was made below a fifth of the peak).
+    pub(crate) applied: Option<BTreeMap<String, u64>>,
     /// The process's own CPU seconds so far (its profiling runs, children,
     /// not counted).
     pub(crate) cpu_s: f64,
@@ -45,7 +48,7 @@ pub(crate) struct InPlace {
 
 struct Span {
     generation: u64,
-    applied: (BTreeMap<String, u64>, u64),
+    applied: BTreeMap<String, u64>,
     /// The first span after a change: it is not measured.
     settling: bool,
     started: Instant,
@@ -93,12 +96,7 @@ impl InPlace {
 }
 
 impl Span {
-    fn start(
-        now: Instant,
-        r: Reading,
-        applied: (BTreeMap<String, u64>, u64),
-        settling: bool,
-    ) -> Span {
+    fn start(now: Instant, r: Reading, applied: BTreeMap<String, u64>, settling: bool) -> Span {
         Span {
             generation: r.generation,
             applied,
@@ -129,7 +127,7 @@ impl Span {
             return None;
         }
         Some(Measured {
-            settings: self.applied.0.clone(),
+            settings: self.applied.clone(),
             rate: records as f64 / secs,
             cpu_s: cpu_s * span.as_secs_f64() / secs,
             peak_memory_bytes: self.peak_rss.max(now.rss_bytes) as f64,
@@ -156,7 +154,7 @@ mod tests {
     fn reading(applied: Option<u64>, cpu_s: f64, records: u64, rss: u64, lat: &[u64]) -> Reading {
         Reading {
             generation: 1,
-            applied: applied.map(|cache| ([("cache_bytes".to_string(), cache)].into(), 7)),
+            applied: applied.map(|cache| [("cache_bytes".to_string(), cache)].into()),
             cpu_s,
             records,
             rss_bytes: rss,
