@@ -148,22 +148,12 @@ impl TuneStore {
 
     /// Every profiling run told so far, in order.
     pub(crate) fn observations(&self) -> Vec<Measured> {
-        self.observations
-            .iter()
-            .values()
-            .filter_map(Result::ok)
-            .filter_map(|v| serde_json::from_slice(&v).ok())
-            .collect()
+        measures(&self.observations)
     }
 
     /// Every measure in place kept, by key.
     pub(crate) fn in_place(&self) -> Vec<Measured> {
-        self.in_place
-            .iter()
-            .values()
-            .filter_map(Result::ok)
-            .filter_map(|v| serde_json::from_slice(&v).ok())
-            .collect()
+        measures(&self.in_place)
     }
 
     /// Keeps `m` under `key`, in the place of the one there. Not flushed:
@@ -185,6 +175,16 @@ impl TuneStore {
         // A run is worth minutes of CPU: it must survive a crash.
         self._db.flush().map(drop).map_err(|e| self.err(e))
     }
+}
+
+/// The measures kept in `tree`, in key order (one that no longer parses
+/// is skipped).
+fn measures(tree: &sled::Tree) -> Vec<Measured> {
+    tree.iter()
+        .values()
+        .filter_map(Result::ok)
+        .filter_map(|v| serde_json::from_slice(&v).ok())
+        .collect()
 }
 
 #[cfg(test)]
