@@ -59,11 +59,9 @@ impl TuneStore {
         let err = |what: &str, e: sled::Error| format!("tuner in {}: {what}: {e}", dir.display());
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("tuner: cannot create {}: {e}", dir.display()))?;
-        let db = sled::Config::new()
-            .path(&dir)
-            .cache_capacity(1 << 20)
-            .open()
-            .map_err(|e| err("cannot open", e))?;
+        // Waits for the lock of a store just closed (a reload reopens it),
+        // as the state's store does.
+        let db = crate::state::open_sled(&dir, 1 << 20).map_err(|e| err("cannot open", e))?;
         let tree = |name: &str| db.open_tree(name).map_err(|e| err("cannot open a tree", e));
         Ok(TuneStore {
             rates: tree("rates")?,

@@ -33,4 +33,4 @@ pub(crate) use entries::BinEntries;
 
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};
 pub(crate) use run_file::{Run, RunFile};
-pub(crate) use store::{BinContent, BinWrite, Store, StoreError, now_ms};
+pub(crate) use store::{BinContent, BinWrite, Store, StoreError, now_ms, open_sled};

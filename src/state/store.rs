@@ -116,7 +116,7 @@ const SLED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// dropped, whose flusher thread lets the lock go a moment after the drop
 /// (a test reopening a store at once failed on it now and then). So a
 /// lock held elsewhere is waited for, briefly.
-fn open_sled(dir: &Path, cache_bytes: u64) -> sled::Result<sled::Db> {
+pub(crate) fn open_sled(dir: &Path, cache_bytes: u64) -> sled::Result<sled::Db> {
     let started = std::time::Instant::now();
     loop {
         let opened = sled::Config::new()
