@@ -30,6 +30,8 @@ pub(crate) struct Budget {
     /// that run took.
     started: Option<f64>,
     last_cost: f64,
+    /// What each run over the window took, by when it was weighed.
+    costs: VecDeque<(Instant, f64)>,
 }
 
 impl Budget {
@@ -48,12 +50,15 @@ impl Budget {
             samples: VecDeque::from([(now, own, children)]),
             started: None,
             last_cost: 0.0,
+            costs: VecDeque::new(),
         }
     }
 
     /// Whether a run may start now: it may when the runs so far and one
-    /// more of the last one's cost stay within the share of all the CPU
-    /// the node spent over the window.
+    /// more as costly as the costliest over the window stay within the
+    /// share of all the CPU the node spent over it. (Weighed by the last
+    /// run alone, a run at the peak after one at a quiet hour took
+    /// `eddy bench tune`'s profiling to 11 % of the CPU for a while.)
     pub(crate) fn check(&mut self, now: Instant, own: f64, children: f64) -> Verdict {
         // A due time the tuner let pass (no forecast yet, say) made no
         // run: the last run's cost still stands.
@@ -61,6 +66,14 @@ impl Budget {
             && children > at_start
         {
             self.last_cost = children - at_start;
+            self.costs.push_back((now, self.last_cost));
+        }
+        while self
+            .costs
+            .front()
+            .is_some_and(|&(t, _)| now.duration_since(t) >= self.window)
+        {
+            self.costs.pop_front();
         }
         self.samples.push_back((now, own, children));
         // The baseline is the last sample at or before the window's start.
@@ -75,11 +88,15 @@ impl Budget {
         let spent = (children - children0).max(0.0);
         let total = (own - own0).max(0.0) + spent;
         let used = if total > 0.0 { spent / total } else { 0.0 };
-        let next = self.last_cost;
+        let next = self
+            .costs
+            .iter()
+            .map(|&(_, c)| c)
+            .fold(self.last_cost, f64::max);
         let held = (spent + next > self.share * (total + next)).then(|| {
             format!(
                 "profiling runs took {spent:.1} of the {total:.1} CPU s this node spent over the \
-                 last {} s ({:.1} %); one more like the last ({next:.1} CPU s) would pass \
+                 last {} s ({:.1} %); one more like the costliest of them ({next:.1} CPU s) would pass \
                  [tune] profile_budget = {} ({:.0} %): the next run waits",
                 self.window.as_secs(),
                 100.0 * used,
@@ -145,5 +162,22 @@ mod tests {
         let v = b.check(at(200), 130.0, 10.0);
         assert_eq!(v.held, None, "{v:?}");
         assert_eq!(v.used, 0.0);
+    }
+
+    #[test]
+    fn the_next_run_is_weighed_as_the_costliest_over_the_window() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut b = Budget::new(0.1, Duration::from_secs(100), t0, 0.0, 0.0);
+        assert_eq!(b.check(at(1), 0.0, 0.0).held, None);
+        // A run at the peak took 4 CPU s: 4 + 4 <= 0.1 * (74 + 4 + 4).
+        assert_eq!(b.check(at(50), 74.0, 4.0).held, None);
+        // One at a quiet hour took 1: 5 + 4 > 0.1 * (78 + 5 + 4), held,
+        // though one more like the last would fit (5 + 1 <= 8.4).
+        let held = b.check(at(60), 78.0, 5.0).held.expect("held");
+        assert!(held.contains("(4.0 CPU s)"), "{held}");
+        // Once the costly run is out of the window, the cheap one weighs:
+        // 1 + 1 <= 0.1 * (26 + 1 + 1).
+        assert_eq!(b.check(at(151), 100.0, 5.0).held, None);
     }
 }
