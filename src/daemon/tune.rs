@@ -411,7 +411,13 @@ fn sample_loop(shared: &Shared, stop: &AtomicBool) {
                 .filter(|(_, c)| c.kind == NodeKind::Source)
                 .map(|(i, c)| (c.counters.records_out, reporter.offered_per_s(i)))
                 .unzip();
-            (r.0, totals, offered, sinks_latency(&report.components))
+            // Only measures in place read the latency (merged per step).
+            let latency = shared
+                .config
+                .apply
+                .then(|| sinks_latency(&report.components))
+                .flatten();
+            (r.0, totals, offered, latency)
         };
         let records = totals.iter().sum();
         let at = Instant::now();
@@ -829,13 +835,18 @@ impl Inner {
                     .into();
             return;
         };
-        // The next run to profile: at the rate the pipeline is heading for.
-        if self.next_profile.is_none() {
-            let floor = self.floor(config);
+        // The next run to profile: at the rate the pipeline is heading for,
+        // a challenger of the choice (below) every other run.
+        let floor = self.floor(config);
+        let challenge = self.next_profile.is_none() && self.optimizer.challenge_due();
+        if self.next_profile.is_none() && !challenge {
             self.next_profile = Some(self.optimizer.suggest(space::rate(peak), &floor));
         }
         let n = self.measured.len();
         if n < 2 {
+            if challenge {
+                self.next_profile = Some(self.optimizer.suggest(space::rate(peak), &floor));
+            }
             self.choice = None;
             let how = if config.profile {
                 format!(
@@ -887,6 +898,17 @@ impl Inner {
                 );
             }),
         };
+        if challenge {
+            let rate = space::rate(peak);
+            let challenger = chosen
+                .as_ref()
+                .and_then(|c| self.optimizer.challenger(rate, &floor, c));
+            if let Some(x) = &challenger {
+                tracing::debug!("tuner: the next run challenges the choice at {x:.2?}");
+            }
+            self.next_profile =
+                Some(challenger.unwrap_or_else(|| self.optimizer.suggest(rate, &floor)));
+        }
         let applied = self.applied.as_ref().map(|(_, a)| &a.settings);
         self.choice = chosen.map(|c| ChoiceView {
             settings: match applied {

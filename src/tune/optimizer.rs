@@ -351,6 +351,58 @@ impl Optimizer {
         best.map(|(_, c)| c)
     }
 
+    /// Whether the next profiling run should test a challenger
+    /// ([`Optimizer::challenger`]) rather than what expected hypervolume
+    /// improvement proposes: every other run once the initial design is
+    /// made (counted over the profiling runs, so a restart keeps the turn).
+    pub(crate) fn challenge_due(&self) -> bool {
+        let profiled = self.observations.iter().filter(|o| !o.in_place).count();
+        self.design.is_empty() && profiled % 2 == 1
+    }
+
+    /// Settings to profile at `rate` so that the choice can change: the
+    /// ones [`Optimizer::choose`] would pick if the models' means were
+    /// sure, when by those means they cost [`SWITCH_COST`] less than
+    /// `chosen` does with its margin, and no run was made near them. The
+    /// margin that keeps a choice from going where the models know least
+    /// also kept it from ever leaving settings measured in place: in
+    /// `eddy bench tune` a 6 MiB cache with 6 s checkpoints stayed in
+    /// force while the same cache with 28 s checkpoints costs a sixth less
+    /// CPU at the peak, and no run had tried it. A run there settles it
+    /// either way. Candidates below `floor` (normalised settings) are
+    /// left out, as a run would be raised to it.
+    pub(crate) fn challenger(
+        &mut self,
+        rate: f64,
+        floor: &[f64],
+        chosen: &Choice,
+    ) -> Option<Vec<f64>> {
+        let least = self.least_objectives();
+        let cost = |o: [f64; 2]| -> f64 { (0..2).map(|k| o[k].max(least[k]).ln()).sum() };
+        let bar = cost(chosen.upper) - SWITCH_COST;
+        let mut best: Option<(f64, Vec<f64>)> = None;
+        for c in self.predicted(rate, 0.0, None)? {
+            let below_floor = c.x.iter().zip(floor).any(|(v, f)| v < f);
+            let feasible = c.constraints.iter().all(|&v| v <= 1.0);
+            if below_floor || !feasible {
+                continue;
+            }
+            let k = cost(c.objectives);
+            if k >= bar || best.as_ref().is_some_and(|(b, _)| k >= *b) {
+                continue;
+            }
+            if self
+                .observations
+                .iter()
+                .any(|o| distance(&o.x, &c.x) < MIN_DISTANCE)
+            {
+                continue;
+            }
+            best = Some((k, c.x));
+        }
+        best.map(|(_, x)| x)
+    }
+
     /// The objectives of a run as the models fit them.
     fn modelled(&self, o: &Observation) -> [f64; 2] {
         if self.log {

@@ -431,3 +431,91 @@ fn a_constraint_no_run_measured_is_left_to_the_runs_that_did() {
     let choice = opt.choose(0.0, 1.0, None).expect("a choice");
     assert!(choice.constraints[1] < 1.0, "{choice:?}");
 }
+
+/// Five settings as the bench tunes them (workers, cache, checkpoint
+/// interval, batch, flush): a small cache costs CPU, less so with long
+/// checkpoints (each checkpoint merges what was spilled); a large one
+/// costs memory. The least CPU times memory is a small cache with long
+/// checkpoints and a long flush, product 1.3.
+fn spill(x: &[f64]) -> Observation {
+    let (workers, cache, ckpt, batch, flush) = (x[0], x[1], x[2], x[3], x[4]);
+    Observation {
+        x: x.to_vec(),
+        objectives: [
+            1.0 + 1.5 * (1.0 - cache) * (1.2 - ckpt) + 0.3 * (1.0 - flush) + 0.2 * workers,
+            1.0 + 3.0 * cache + 0.2 * workers,
+        ],
+        constraints: vec![Some(0.3 + 0.6 * batch * flush), Some(0.2 + 0.7 * ckpt)],
+        in_place: false,
+    }
+}
+
+#[test]
+fn few_runs_in_five_settings_find_the_small_cache_with_long_checkpoints() {
+    let cost = |x: &[f64]| {
+        let o = spill(x).objectives;
+        o[0] * o[1]
+    };
+    let mut found = 0;
+    for seed in 1..=8 {
+        let mut opt = Optimizer::new(5, false, 2, 5, seed).log_objectives();
+        for _ in 0..15 {
+            let x = opt.suggest(0.0, &[]);
+            opt.observe(spill(&x)).unwrap();
+        }
+        let c = opt.choose(0.0, 1.0, None).expect("a choice");
+        eprintln!("seed {seed}: cost {:.2} at {:.2?}", cost(&c.x), c.x);
+        found += usize::from(cost(&c.x) < 1.3 * 1.25);
+    }
+    eprintln!("found {found} of 8");
+    assert!(found >= 5, "found {found} of 8");
+}
+
+/// Two settings (cache, checkpoint interval) and the rate, as in `eddy
+/// bench tune`: a small cache costs CPU, less so with long checkpoints;
+/// a large cache costs memory. CPU and memory grow with the rate.
+fn cache_and_checkpoints(x: &[f64], in_place: bool) -> Observation {
+    let (cache, ckpt, rate) = (x[0], x[1], x[2]);
+    Observation {
+        x: x.to_vec(),
+        objectives: [
+            (1.0 + 1.5 * (1.0 - cache) * (1.2 - ckpt)) * (0.2 + rate),
+            (1.0 + 3.0 * cache) * (0.5 + rate),
+        ],
+        constraints: vec![Some(0.5), Some(0.2 + 0.7 * ckpt)],
+        in_place,
+    }
+}
+
+#[test]
+fn runs_that_challenge_the_settings_in_force_move_the_choice() {
+    let in_force = [0.05, 0.2];
+    let mut moved = 0;
+    for seed in 1..=12 {
+        let mut opt = Optimizer::new(2, true, 2, 3, seed).log_objectives();
+        for i in 0..3 {
+            let x = opt.suggest(0.9, &[]);
+            opt.observe(cache_and_checkpoints(&x, false)).unwrap();
+            // The settings in force, measured in place as the rate rises.
+            let at = [in_force[0], in_force[1], 0.3 + 0.3 * i as f64];
+            opt.observe(cache_and_checkpoints(&at, true)).unwrap();
+        }
+        // Two runs guided by the models: one proposed by expected
+        // improvement, one challenging the settings in force. (With two
+        // proposed by expected improvement, the choice moved in 6 of 12.)
+        for _ in 0..2 {
+            let chosen = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
+            let x = if opt.challenge_due() {
+                opt.challenger(0.9, &[], &chosen)
+            } else {
+                None
+            };
+            let x = x.unwrap_or_else(|| opt.suggest(0.9, &[]));
+            opt.observe(cache_and_checkpoints(&x, false)).unwrap();
+        }
+        let c = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
+        eprintln!("seed {seed}: {:.2?} in force {}", c.x, c.in_force);
+        moved += usize::from(!c.in_force && c.x[0] < 0.3 && c.x[1] > 0.6);
+    }
+    assert!(moved >= 10, "the choice moved in {moved} of 12");
+}
