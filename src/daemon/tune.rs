@@ -30,10 +30,7 @@ use crate::tune::optimizer::{MIN_DISTANCE, Observation, Optimizer, SWITCH_COST};
 use crate::tune::space;
 
 /// Points of the initial space-filling design before the models steer.
-/// Few: runs are few under the budget (`eddy bench tune` made 7 in its
-/// first 2.7 days with 8 here, all of them the design), and measures in
-/// place add points where the choice runs.
-const INITIAL_DESIGN: usize = 4;
+const INITIAL_DESIGN: usize = 8;
 /// Standard deviations of margin a choice must meet the goals by.
 const MARGIN: f64 = 1.0;
 /// The latency a run that fell behind is told to the models as, at least,

@@ -352,13 +352,12 @@ impl Optimizer {
     }
 
     /// Whether the next profiling run should test a challenger
-    /// ([`Optimizer::challenger`]) rather than what [`Optimizer::suggest`]
-    /// proposes: every other run once the initial design is made, the
-    /// first one after it included (counted over the profiling runs, so a
-    /// restart keeps the turn; the design has an even number of points).
+    /// ([`Optimizer::challenger`]) rather than what expected hypervolume
+    /// improvement proposes: every other run once the initial design is
+    /// made (counted over the profiling runs, so a restart keeps the turn).
     pub(crate) fn challenge_due(&self) -> bool {
         let profiled = self.observations.iter().filter(|o| !o.in_place).count();
-        self.design.is_empty() && profiled % 2 == 0
+        self.design.is_empty() && profiled % 2 == 1
     }
 
     /// Settings to profile at `rate` so that the choice can change: the

@@ -492,12 +492,12 @@ fn runs_that_challenge_the_settings_in_force_move_the_choice() {
     let in_force = [0.05, 0.2];
     let mut moved = 0;
     for seed in 1..=12 {
-        let mut opt = Optimizer::new(2, true, 2, 4, seed).log_objectives();
-        for i in 0..4 {
+        let mut opt = Optimizer::new(2, true, 2, 3, seed).log_objectives();
+        for i in 0..3 {
             let x = opt.suggest(0.9, &[]);
             opt.observe(cache_and_checkpoints(&x, false)).unwrap();
             // The settings in force, measured in place as the rate rises.
-            let at = [in_force[0], in_force[1], 0.3 + 0.2 * i as f64];
+            let at = [in_force[0], in_force[1], 0.3 + 0.3 * i as f64];
             opt.observe(cache_and_checkpoints(&at, true)).unwrap();
         }
         // Two runs guided by the models: one proposed by expected
