@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::BinEntries;
+
 /// Entries of one bin; keys and values are the operator's own encoding.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Chunk {
@@ -31,6 +33,16 @@ pub(crate) fn encode_entries(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
 pub(crate) fn decode_chunk(bytes: &[u8]) -> Result<Chunk, String> {
     let payload = verify(bytes)?;
     postcard::from_bytes(payload).map_err(|e| format!("undecodable chunk: {e}"))
+}
+
+/// Checks the trailer and decodes into one buffer: two allocations per
+/// chunk instead of two per entry (the keys and values are borrowed from
+/// the payload while they are copied over).
+pub(crate) fn decode_chunk_entries(bytes: &[u8]) -> Result<BinEntries, String> {
+    let payload = verify(bytes)?;
+    let pairs: Vec<(&[u8], &[u8])> =
+        postcard::from_bytes(payload).map_err(|e| format!("undecodable chunk: {e}"))?;
+    Ok(pairs.into_iter().collect())
 }
 
 /// The payload of checksummed bytes, if the checksum matches.
@@ -92,6 +104,8 @@ mod tests {
             .map(|(k, v)| (k.as_slice(), v.as_slice()))
             .collect();
         assert_eq!(encode_entries(&borrowed), c.encode());
+        let flat = decode_chunk_entries(&c.encode()).unwrap();
+        assert_eq!(flat.to_pairs(), c.entries);
         assert_eq!(encode_entries(&[]), Chunk::default().encode());
     }
 }

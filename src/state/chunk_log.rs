@@ -389,7 +389,7 @@ mod tests {
             len: 300,
         };
         assert_eq!(Loc::decode(&loc.encode()), Some(loc));
-        let inline = super::super::Chunk {
+        let inline = super::super::chunk::Chunk {
             entries: vec![(b"k".to_vec(), b"v".to_vec())],
         }
         .encode();

@@ -28,7 +28,6 @@ mod run_file;
 mod store;
 pub(crate) mod transfer;
 
-pub(crate) use chunk::Chunk;
 pub(crate) use entries::BinEntries;
 
 pub(crate) use record::{BinRecord, CheckpointRecord, OperatorRecord};

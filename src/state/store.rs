@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::BinEntries;
-use super::chunk::{Chunk, decode_chunk, encode_entries, seal, verify};
+use super::chunk::{Chunk, decode_chunk, decode_chunk_entries, encode_entries, seal, verify};
 use super::chunk_log::{ChunkLog, Loc};
 use super::lock::DataDirLock;
 use super::record::{BinRecord, CheckpointRecord, OperatorRecord};
@@ -417,6 +417,21 @@ impl Store {
         self.raw_chunks(op, bin).map(move |raw| {
             raw.and_then(|bytes| {
                 decode_chunk(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))
+            })
+        })
+    }
+
+    /// One bin's state as recorded, chunk by chunk, each in one buffer.
+    pub(crate) fn read_bin_entries<'a>(
+        &'a self,
+        op: &'a str,
+        bin: &BinRecord,
+    ) -> impl Iterator<Item = Result<BinEntries, StoreError>> + 'a {
+        let b = bin.bin;
+        self.raw_chunks(op, bin).map(move |raw| {
+            raw.and_then(|bytes| {
+                decode_chunk_entries(&bytes)
+                    .map_err(|e| self.err(format!("operator {op} bin {b}"), e))
             })
         })
     }

@@ -75,26 +75,56 @@ struct StoredEntryRef<'a> {
     other: &'a [AccState],
 }
 
-/// Stored keys (`window start | key`) of one bin, merged from its pieces.
-type Merged = hashbrown::HashMap<Vec<u8>, StoredEntry>;
+/// Stored keys (`window start | key`) of one bin, merged from its pieces,
+/// borrowed from the buffers they were read into.
+type Merged<'a> = hashbrown::HashMap<&'a [u8], Slot<'a>>;
 
-/// Adds a stored key to `merged`, merging it into the one there; returns
-/// the merged key.
+/// A key's value in [`Merged`]: as stored while the key was seen once
+/// (most keys, with a small cache: neither decoded nor encoded again),
+/// decoded once it had to be merged.
+enum Slot<'a> {
+    Stored(&'a [u8]),
+    Merged(StoredEntry),
+}
+
+impl Slot<'_> {
+    /// The key's accumulators, `decode`d if still as stored.
+    fn entry(
+        &mut self,
+        decode: impl Fn(&[u8]) -> Result<StoredEntry, String>,
+    ) -> Result<&mut StoredEntry, String> {
+        if let Slot::Stored(value) = *self {
+            *self = Slot::Merged(decode(value)?);
+        }
+        match self {
+            Slot::Merged(entry) => Ok(entry),
+            Slot::Stored(_) => unreachable!("decoded above"),
+        }
+    }
+}
+
+/// Adds a stored key to `merged`, merging it into the one there. With
+/// `fresh`, the merged key is marked not emitted (see `fire_split`).
 fn merge_stored<'a>(
     aggs: &Aggregates,
-    merged: &'a mut Merged,
-    key: Vec<u8>,
-    entry: StoredEntry,
-) -> &'a mut StoredEntry {
+    decode: impl Fn(&[u8]) -> Result<StoredEntry, String>,
+    merged: &mut Merged<'a>,
+    (key, value): (&'a [u8], &'a [u8]),
+    fresh: bool,
+) -> Result<(), String> {
     match merged.entry(key) {
         hashbrown::hash_map::Entry::Occupied(o) => {
-            let into = o.into_mut();
-            into.fired |= entry.fired;
+            let entry = decode(value)?;
+            let into = o.into_mut().entry(decode)?;
+            into.fired = (into.fired || entry.fired) && !fresh;
             aggs.merge(&mut into.num, &mut into.other, &entry.num, &entry.other);
-            into
         }
-        hashbrown::hash_map::Entry::Vacant(v) => v.insert(entry),
+        // A fresh key is encoded as not emitted.
+        hashbrown::hash_map::Entry::Vacant(v) => {
+            v.insert(Slot::Stored(value));
+        }
     }
+    Ok(())
 }
 
 /// One open window.
@@ -263,9 +293,9 @@ impl<K: GroupKey> Window<K> {
         // adopt.
         let rewrite = merge || matches!(pieces[..], [Piece::Run(_)]);
         let mut keys = 0;
-        for chunk in chunks {
-            for (key, value) in chunk.entries {
-                keys += self.install(&key, &value, create, merge)?;
+        for chunk in &chunks {
+            for (key, value) in chunk.iter() {
+                keys += self.install(key, value, create, merge)?;
             }
         }
         if let Some(cache) = &mut self.cache {
@@ -503,43 +533,52 @@ impl<K: GroupKey> Window<K> {
         if bins.is_empty() {
             return Ok(());
         }
-        let (size, lateness, watermark) =
-            (self.size_ms, self.plan.allowed_lateness_ms, self.watermark);
         for &bin in &bins {
-            let cache = self.cache.as_ref().expect("checked above");
-            let chunks = cache.read(bin).map_err(|e| e.0)?;
-            let mut merged = Merged::new();
-            let stored = chunks.into_iter().flat_map(|c| c.entries);
-            let resident = self.collect(vec![bin]).finish().bins.pop();
-            let resident = resident.map(|(_, e)| e).unwrap_or_default();
-            let resident = resident.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
-            for (key, value) in stored.chain(resident) {
-                let start = key
-                    .get(..8)
-                    .ok_or("a window key is too short")?
-                    .try_into()
-                    .map(i64::from_be_bytes)
-                    .expect("8 bytes");
-                if Self::expired(start + size, lateness, watermark) {
-                    continue;
-                }
-                merge_stored(&self.aggs, &mut merged, key, self.decode(&value)?);
-            }
-            let mut entries = BinEntries::new();
-            let mut value = Vec::new();
-            for (key, entry) in &merged {
-                value.clear();
-                value = postcard::to_extend(entry, std::mem::take(&mut value))
-                    .expect("window state encodes");
-                entries.push(key, &value);
-            }
-            drop(merged);
+            let entries = self.compacted(bin)?;
             let cache = self.cache.as_mut().expect("checked above");
             cache.spill(bin, &entries).map_err(|e| e.0)?;
             self.dirty.unmark(bin);
         }
         self.evict(&bins);
         Ok(())
+    }
+
+    /// One bin's pieces and partial aggregates merged into one version:
+    /// its keys of windows not past their lateness.
+    fn compacted(&self, bin: u32) -> Result<BinEntries, String> {
+        let (size, lateness) = (self.size_ms, self.plan.allowed_lateness_ms);
+        let cache = self.cache.as_ref().expect("only with a cache");
+        let chunks = cache.read(bin).map_err(|e| e.0)?;
+        let resident = self.collect(vec![bin]).finish().bins.pop();
+        let resident = resident.map(|(_, e)| e).unwrap_or_default();
+        let decode = |value: &[u8]| self.decode(value);
+        let mut merged = Merged::new();
+        for (key, value) in chunks.iter().chain([&resident]).flat_map(|c| c.iter()) {
+            let start = key
+                .get(..8)
+                .ok_or("a window key is too short")?
+                .try_into()
+                .map(i64::from_be_bytes)
+                .expect("8 bytes");
+            if Self::expired(start + size, lateness, self.watermark) {
+                continue;
+            }
+            merge_stored(&self.aggs, decode, &mut merged, (key, value), false)?;
+        }
+        let mut entries = BinEntries::new();
+        for (key, slot) in &merged {
+            match slot {
+                Slot::Stored(value) => entries.push(key, value),
+                Slot::Merged(entry) => entries.push_with(
+                    |k| k.extend_from_slice(key),
+                    |v| {
+                        let out = postcard::to_extend(entry, std::mem::take(v));
+                        *v = out.expect("window state encodes");
+                    },
+                ),
+            }
+        }
+        Ok(entries)
     }
 
     /// The stored form of every key of `bins`, grouped by bin.
@@ -957,7 +996,7 @@ impl<K: GroupKey> Window<K> {
         let chunks = cache
             .read(bin)
             .map_err(|e| format!("cannot read it: {e}"))?;
-        let stored = chunks.iter().flat_map(|c| &c.entries);
+        let stored = chunks.iter().flat_map(|c| c.iter());
         if cache.mode(bin) == Residency::Out && cache.pieces(bin).len() <= 1 {
             // One version: every key once, streamed as read.
             for (key, value) in stored {
@@ -967,37 +1006,46 @@ impl<K: GroupKey> Window<K> {
             }
             return Ok(());
         }
-        let mut merged = Merged::new();
-        for (key, value) in stored {
-            if firing_window(key).is_some() {
-                merge_stored(&self.aggs, &mut merged, key.clone(), self.decode(value)?);
-            }
-        }
+        // Records came since an instance that moved a key here emitted
+        // it: it is emitted again, updated, as a late record for a fired
+        // window re-emits its key (a bin that is not whole does that
+        // here, when the window fires). So the keys in memory go in as
+        // not emitted.
+        let mut fresh = BinEntries::new();
         let (words, o) = (self.aggs.num_len(), self.aggs.other_len());
         for &(start, _) in firing {
             let Some(panes) = self.windows.get(&start) else {
                 continue;
             };
             panes.pane.for_bins(&[bin], |_, entry| {
-                let mut key = start.to_be_bytes().to_vec();
-                entry.key.encode(&plan.key, &mut key);
-                let num = panes.pane.num(entry, words).to_vec();
-                let other = panes.pane.other(entry, o).to_vec();
-                let fresh = StoredEntry {
+                let stored = StoredEntryRef {
                     fired: false,
-                    num,
-                    other,
+                    num: panes.pane.num(entry, words),
+                    other: panes.pane.other(entry, o),
                 };
-                // Records came since an instance that moved the key here
-                // emitted it: it is emitted again, updated, as a late
-                // record for a fired window re-emits its key (a bin that
-                // is not whole does that here, when the window fires).
-                merge_stored(&self.aggs, &mut merged, key, fresh).fired = false;
+                fresh.push_with(
+                    |k| {
+                        k.extend_from_slice(&start.to_be_bytes());
+                        entry.key.encode(&plan.key, k);
+                    },
+                    |v| {
+                        let out = postcard::to_extend(&stored, std::mem::take(v));
+                        *v = out.expect("window state encodes");
+                    },
+                );
             });
         }
-        for (key, stored) in &merged {
+        let decode = |value: &[u8]| self.decode(value);
+        let mut merged = Merged::new();
+        for entry in stored.filter(|(key, _)| firing_window(key).is_some()) {
+            merge_stored(&self.aggs, decode, &mut merged, entry, false)?;
+        }
+        for entry in fresh.iter() {
+            merge_stored(&self.aggs, decode, &mut merged, entry, true)?;
+        }
+        for (key, slot) in &mut merged {
             let w = firing_window(key).expect("only firing windows' keys");
-            emit(key, stored, w);
+            emit(key, slot.entry(decode)?, w);
         }
         Ok(())
     }
