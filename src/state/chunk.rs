@@ -35,7 +35,7 @@ pub(crate) fn decode_chunk(bytes: &[u8]) -> Result<Chunk, String> {
     postcard::from_bytes(payload).map_err(|e| format!("undecodable chunk: {e}"))
 }
 
-/// Checks the trailer and decodes into one buffer: two allocations per
+/// Checks the trailer and decodes into one buffer: a few allocations per
 /// chunk instead of two per entry (the keys and values are borrowed from
 /// the payload while they are copied over).
 pub(crate) fn decode_chunk_entries(bytes: &[u8]) -> Result<BinEntries, String> {

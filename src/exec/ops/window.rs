@@ -104,7 +104,9 @@ impl Slot<'_> {
 }
 
 /// Adds a stored key to `merged`, merging it into the one there. With
-/// `fresh`, the merged key is marked not emitted (see `fire_split`).
+/// `fresh`, the merged key is marked not emitted (see `fire_split`); a
+/// fresh key not there yet keeps its bytes, so it must be encoded as not
+/// emitted.
 fn merge_stored<'a>(
     aggs: &Aggregates,
     decode: impl Fn(&[u8]) -> Result<StoredEntry, String>,
@@ -119,8 +121,8 @@ fn merge_stored<'a>(
             into.fired = (into.fired || entry.fired) && !fresh;
             aggs.merge(&mut into.num, &mut into.other, &entry.num, &entry.other);
         }
-        // A fresh key is encoded as not emitted.
         hashbrown::hash_map::Entry::Vacant(v) => {
+            debug_assert!(!fresh || decode(value).is_ok_and(|e| !e.fired));
             v.insert(Slot::Stored(value));
         }
     }
@@ -544,7 +546,10 @@ impl<K: GroupKey> Window<K> {
     }
 
     /// One bin's pieces and partial aggregates merged into one version:
-    /// its keys of windows not past their lateness.
+    /// its keys of windows not past their lateness. A key in one piece
+    /// only is carried over as stored, not decoded: a value that does not
+    /// fit the window is found where it is installed or emitted (a
+    /// restore decodes every one).
     fn compacted(&self, bin: u32) -> Result<BinEntries, String> {
         let (size, lateness) = (self.size_ms, self.plan.allowed_lateness_ms);
         let cache = self.cache.as_ref().expect("only with a cache");
@@ -568,7 +573,10 @@ impl<K: GroupKey> Window<K> {
         let mut entries = BinEntries::new();
         for (key, slot) in &merged {
             match slot {
-                Slot::Stored(value) => entries.push(key, value),
+                Slot::Stored(value) => {
+                    debug_assert!(self.decode(value).is_ok(), "undecodable spilled state");
+                    entries.push(key, value)
+                }
                 Slot::Merged(entry) => entries.push_with(
                     |k| k.extend_from_slice(key),
                     |v| {
