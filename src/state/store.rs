@@ -413,12 +413,7 @@ impl Store {
         op: &'a str,
         bin: &BinRecord,
     ) -> impl Iterator<Item = Result<Chunk, StoreError>> + 'a {
-        let b = bin.bin;
-        self.raw_chunks(op, bin).map(move |raw| {
-            raw.and_then(|bytes| {
-                decode_chunk(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))
-            })
-        })
+        self.decoded_chunks(op, bin, decode_chunk)
     }
 
     /// One bin's state as recorded, chunk by chunk, each in one buffer.
@@ -427,11 +422,19 @@ impl Store {
         op: &'a str,
         bin: &BinRecord,
     ) -> impl Iterator<Item = Result<BinEntries, StoreError>> + 'a {
+        self.decoded_chunks(op, bin, decode_chunk_entries)
+    }
+
+    fn decoded_chunks<'a, T: 'a>(
+        &'a self,
+        op: &'a str,
+        bin: &BinRecord,
+        decode: fn(&[u8]) -> Result<T, String>,
+    ) -> impl Iterator<Item = Result<T, StoreError>> + 'a {
         let b = bin.bin;
         self.raw_chunks(op, bin).map(move |raw| {
             raw.and_then(|bytes| {
-                decode_chunk_entries(&bytes)
-                    .map_err(|e| self.err(format!("operator {op} bin {b}"), e))
+                decode(&bytes).map_err(|e| self.err(format!("operator {op} bin {b}"), e))
             })
         })
     }
