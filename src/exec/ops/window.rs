@@ -129,6 +129,12 @@ fn merge_stored<'a>(
     Ok(())
 }
 
+/// Appends `value`'s stored form to `out`.
+fn encode_into(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    let extended = postcard::to_extend(value, std::mem::take(out));
+    *out = extended.expect("window state encodes");
+}
+
 /// One open window.
 struct Panes<K> {
     end: i64,
@@ -577,13 +583,9 @@ impl<K: GroupKey> Window<K> {
                     debug_assert!(self.decode(value).is_ok(), "undecodable spilled state");
                     entries.push(key, value)
                 }
-                Slot::Merged(entry) => entries.push_with(
-                    |k| k.extend_from_slice(key),
-                    |v| {
-                        let out = postcard::to_extend(entry, std::mem::take(v));
-                        *v = out.expect("window state encodes");
-                    },
-                ),
+                Slot::Merged(entry) => {
+                    entries.push_with(|k| k.extend_from_slice(key), |v| encode_into(v, entry))
+                }
             }
         }
         Ok(entries)
@@ -1036,10 +1038,7 @@ impl<K: GroupKey> Window<K> {
                         k.extend_from_slice(&start.to_be_bytes());
                         entry.key.encode(&plan.key, k);
                     },
-                    |v| {
-                        let out = postcard::to_extend(&stored, std::mem::take(v));
-                        *v = out.expect("window state encodes");
-                    },
+                    |v| encode_into(v, &stored),
                 );
             });
         }
