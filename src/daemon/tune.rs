@@ -30,7 +30,7 @@ use crate::tune::optimizer::{MIN_DISTANCE, Observation, Optimizer, SWITCH_COST};
 use crate::tune::space;
 
 /// Points of the initial space-filling design before the models steer.
-const INITIAL_DESIGN: usize = 8;
+const INITIAL_DESIGN: usize = 5;
 /// Standard deviations of margin a choice must meet the goals by.
 const MARGIN: f64 = 1.0;
 /// The latency a run that fell behind is told to the models as, at least,

@@ -38,6 +38,12 @@ const CANDIDATES: usize = 2000;
 /// does. 0.02 is 2 % of a setting's range (on a log scale for a range of
 /// decades); rates 10 % apart are 0.006 apart.
 pub(crate) const MIN_DISTANCE: f64 = 0.02;
+/// A challenger moves one setting to one of this many steps of its range
+/// (and 0)...
+const AXIS_STEPS: usize = 10;
+/// ...at least this far from where it is: a smaller move is within what
+/// a profiling run can tell apart.
+const AXIS_MOVE: f64 = 0.1;
 /// Weight vectors are drawn from this many steps of the simplex.
 const WEIGHT_STEPS: usize = 10;
 
@@ -360,23 +366,92 @@ impl Optimizer {
         self.design.is_empty() && profiled % 2 == 1
     }
 
-    /// Settings to profile at `rate` so that the choice can change: the
-    /// ones [`Optimizer::choose`] would pick if the models' means were
-    /// sure, when by those means they cost [`SWITCH_COST`] less than
-    /// `chosen` does with its margin, and no run was made near them. The
-    /// margin that keeps a choice from going where the models know least
-    /// also kept it from ever leaving settings measured in place: in
-    /// `eddy bench tune` a 6 MiB cache with 6 s checkpoints stayed in
-    /// force while the same cache with 28 s checkpoints costs a sixth less
-    /// CPU at the peak, and no run had tried it. A run there settles it
-    /// either way. Candidates below `floor` (normalised settings) are
-    /// left out, as a run would be raised to it.
+    /// Settings to profile at `rate` so that the choice can change: first
+    /// `chosen` with one setting moved ([`Optimizer::one_setting_moved`]),
+    /// else the settings the models' means expect to cost least
+    /// ([`Optimizer::cheapest_untried`]). Candidates below `floor`
+    /// (normalised settings) are left out, as a run would be raised to it.
     pub(crate) fn challenger(
         &mut self,
         rate: f64,
         floor: &[f64],
         chosen: &Choice,
     ) -> Option<Vec<f64>> {
+        self.one_setting_moved(rate, floor, chosen)
+            .or_else(|| self.cheapest_untried(rate, floor, chosen))
+    }
+
+    /// `chosen` with one setting moved, the settings taken in turn (one
+    /// per challenge, counted over the profiling runs so that a restart
+    /// keeps the turn), to the value where a run is most likely to show a
+    /// saving worth a switch: the expected improvement on the choice's
+    /// expected cost less [`SWITCH_COST`], times the probability that
+    /// the constraints hold. A setting with no such value left untried
+    /// passes the turn on.
+    ///
+    /// Why in turn and not the best move of all: runs near the choice
+    /// tend to share settings, and then the models cannot tell which one
+    /// costs what. In `eddy bench tune` every run with 28 s checkpoints
+    /// also had a 64 MiB cache, the models blamed the long checkpoints
+    /// for the memory, and no run ever tried a small cache with long
+    /// checkpoints, which held figures show meets both goals at the peak
+    /// for the least of both. A run that moves one setting from the
+    /// choice tells what that setting does, whatever the models believe.
+    fn one_setting_moved(&mut self, rate: f64, floor: &[f64], chosen: &Choice) -> Option<Vec<f64>> {
+        let settings = self.dims - usize::from(self.context);
+        let base = chosen.x.get(..settings)?;
+        let bar: f64 = chosen.objectives.iter().map(|v| v.ln()).sum::<f64>() - SWITCH_COST;
+        let constraints = self.constraint_models();
+        let profiled = self.observations.iter().filter(|o| !o.in_place).count();
+        for turn in 0..settings {
+            let d = (profiled / 2 + turn) % settings;
+            let least = floor.get(d).map_or(0.0, |f| f.clamp(0.0, 1.0));
+            let mut points: Vec<Vec<f64>> = Vec::new();
+            for i in 0..=AXIS_STEPS {
+                let v = (i as f64 / AXIS_STEPS as f64).max(least);
+                let mut x = base.to_vec();
+                x[d] = v;
+                if self.context {
+                    x.push(rate);
+                }
+                let tried = self
+                    .observations
+                    .iter()
+                    .any(|o| distance(&o.x, &x) < MIN_DISTANCE);
+                if (v - base[d]).abs() >= AXIS_MOVE && !tried && !points.contains(&x) {
+                    points.push(x);
+                }
+            }
+            let mut best: Option<(f64, Vec<f64>)> = None;
+            for c in self.evaluate(points, 0.0, None)? {
+                let mean: f64 = c.objectives.iter().map(|v| v.ln()).sum();
+                let sd = c.spread.iter().map(|s| s * s).sum::<f64>().sqrt().max(1e-9);
+                let feasibility: f64 = constraints
+                    .iter()
+                    .map(|gp| {
+                        let (m, sd) = predict_constraint(gp.as_ref(), &c.x);
+                        normal_cdf(-m / sd)
+                    })
+                    .product();
+                let score = expected_improvement(bar, mean, sd) * feasibility;
+                if feasibility >= 0.5 && best.as_ref().is_none_or(|(b, _)| score > *b) {
+                    best = Some((score, c.x));
+                }
+            }
+            if let Some((_, x)) = best {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    /// The settings [`Optimizer::choose`] would pick at `rate` if the
+    /// models' means were sure, when by those means they cost
+    /// [`SWITCH_COST`] less than `chosen` does with its margin, and no run
+    /// was made near them. The margin that keeps a choice from going where
+    /// the models know least also kept it from ever leaving settings
+    /// measured in place: a run there settles it either way.
+    fn cheapest_untried(&mut self, rate: f64, floor: &[f64], chosen: &Choice) -> Option<Vec<f64>> {
         let least = self.least_objectives();
         let cost = |o: [f64; 2]| -> f64 { (0..2).map(|k| o[k].max(least[k]).ln()).sum() };
         let bar = cost(chosen.upper) - SWITCH_COST;
@@ -451,18 +526,8 @@ impl Optimizer {
         }
         let settings = self.dims - usize::from(self.context);
         let runs = self.objective_runs();
-        let xs: Vec<Vec<f64>> = runs.iter().map(|o| o.x.clone()).collect();
-        let models: Vec<Gp> = (0..2)
-            .map(|k| {
-                let ys: Vec<f64> = runs.iter().map(|o| self.modelled(o)[k]).collect();
-                Gp::fit(&xs, &ys)
-            })
-            .collect();
-        let log = self.log;
-        let back = move |v: f64| if log { v.exp() } else { v };
         let scalar = self.scalarised(&runs, [0.5, 0.5]);
         let elite = elite(&runs, &scalar, settings);
-        let constraints = self.constraint_models();
         let mut candidates = self.candidates(settings, rate, &elite);
         let kept = in_force.filter(|x| x.len() == settings).map(|x| {
             let mut x = x.to_vec();
@@ -472,12 +537,42 @@ impl Optimizer {
             candidates.push(x.clone());
             x
         });
-        let out = candidates
+        self.evaluate(candidates, margin, kept.as_deref())
+    }
+
+    /// What the models expect of each of `points` (`in_force`, if among
+    /// them, marked), constraints with `margin` standard deviations added.
+    /// None with fewer than two observations.
+    fn evaluate(
+        &self,
+        points: Vec<Vec<f64>>,
+        margin: f64,
+        in_force: Option<&[f64]>,
+    ) -> Option<Vec<Choice>> {
+        if self.observations.len() < 2 {
+            return None;
+        }
+        let runs = self.objective_runs();
+        let xs: Vec<Vec<f64>> = runs.iter().map(|o| o.x.clone()).collect();
+        let models: Vec<Gp> = (0..2)
+            .map(|k| {
+                let ys: Vec<f64> = runs.iter().map(|o| self.modelled(o)[k]).collect();
+                Gp::fit(&xs, &ys)
+            })
+            .collect();
+        let log = self.log;
+        let back = move |v: f64| if log { v.exp() } else { v };
+        let constraints = self.constraint_models();
+        let out = points
             .into_iter()
             .map(|x| {
                 let predicted = [models[0].predict(&x), models[1].predict(&x)];
                 let objectives = predicted.map(|(m, _)| back(m));
                 let upper = predicted.map(|(m, sd)| back(m + margin * sd));
+                // A linear model's spread, as a share of its mean, is
+                // close to that of its logarithm while it is small.
+                let spread =
+                    predicted.map(|(m, sd)| if log { sd } else { sd / m.abs().max(1e-12) });
                 let expected = constraints
                     .iter()
                     .map(|gp| {
@@ -486,10 +581,11 @@ impl Optimizer {
                     })
                     .collect();
                 Choice {
-                    in_force: kept.as_ref() == Some(&x),
+                    in_force: in_force == Some(x.as_slice()),
                     x,
                     objectives,
                     upper,
+                    spread,
                     constraints: expected,
                 }
             })
@@ -609,6 +705,9 @@ pub(crate) struct Choice {
     /// The objectives with the margin of [`Optimizer::choose`]: what its
     /// cost weighs.
     pub(crate) upper: [f64; 2],
+    /// The standard deviation of the models of each objective's
+    /// logarithm there.
+    pub(crate) spread: [f64; 2],
     /// Expected value / limit of each constraint, margin included.
     pub(crate) constraints: Vec<f64>,
     /// These are the settings in force (see [`Optimizer::choose`]).

@@ -519,3 +519,126 @@ fn runs_that_challenge_the_settings_in_force_move_the_choice() {
     }
     assert!(moved >= 10, "the choice moved in {moved} of 12");
 }
+
+/// The five settings of `eddy bench tune` and the rate, shaped as measured
+/// there: short checkpoint and flush intervals cost CPU (compaction and
+/// wake-ups), a large cache costs memory, the rest matters little. The
+/// cheapest settings are a small cache with long intervals.
+fn five_settings(x: &[f64], in_place: bool) -> Observation {
+    let (workers, cache, ckpt, batch, flush, rate) = (x[0], x[1], x[2], x[3], x[4], x[5]);
+    Observation {
+        x: x.to_vec(),
+        objectives: [
+            (1.0 + 1.2 * (1.0 - ckpt).powi(2) + (1.0 - flush).powi(2) + 0.2 * workers)
+                * (0.2 + rate),
+            (1.0 + 3.0 * cache) * (0.5 + rate),
+        ],
+        constraints: vec![Some(0.2 + 0.5 * flush * batch), Some(0.2 + 0.7 * ckpt)],
+        in_place,
+    }
+}
+
+#[test]
+fn a_challenger_moves_one_setting_of_the_choice() {
+    let mut opt = Optimizer::new(5, true, 2, 0, 1).log_objectives();
+    // Long checkpoints only ever with a large cache, short ones with a
+    // small cache: which of the two costs memory is the question.
+    for (i, x) in [
+        [0.2, 0.8, 0.95, 0.5, 0.5],
+        [0.8, 0.1, 0.1, 0.3, 0.3],
+        [0.5, 0.75, 0.9, 0.7, 0.8],
+        [0.3, 0.05, 0.15, 0.6, 0.6],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut x = x.to_vec();
+        x.push(0.9);
+        opt.observe(five_settings(&x, i % 2 == 1)).unwrap();
+    }
+    let chosen = opt.choose(0.9, 1.0, None).expect("a choice");
+    let x = opt.challenger(0.9, &[], &chosen).expect("a challenger");
+    let moved: Vec<usize> = (0..5)
+        .filter(|&d| (x[d] - chosen.x[d]).abs() > 1e-12)
+        .collect();
+    assert_eq!(moved.len(), 1, "{x:.2?} from {:.2?}", chosen.x);
+    assert!((x[moved[0]] - chosen.x[moved[0]]).abs() >= AXIS_MOVE);
+    assert_eq!(x[5], 0.9, "profiled at the rate asked for");
+}
+
+#[test]
+fn challengers_find_what_one_setting_changed_from_the_choice_saves() {
+    const ROUNDS: usize = 6;
+    let cost = |x: &[f64]| {
+        let o = five_settings(x, true).objectives;
+        o[0].ln() + o[1].ln()
+    };
+    let best = cost(&[0.0, 0.0, 1.0, 0.0, 1.0, 0.9]);
+    let mut found = 0;
+    for seed in 1..=8 {
+        let mut opt = Optimizer::new(5, true, 2, 0, seed).log_objectives();
+        // Settings in force: a small cache with short intervals, measured
+        // in place as the rate rises; profiling runs where every long
+        // checkpoint interval came with a large cache, as in `eddy bench
+        // tune`, so that the models cannot tell which of the two costs
+        // memory.
+        let mut in_force = vec![0.5, 0.1, 0.2, 0.5, 0.1];
+        let mut rng = StdRng::seed_from_u64(seed);
+        for i in 0..5 {
+            let long = i % 2 == 0;
+            let jitter = |rng: &mut StdRng| 0.1 * rng.random::<f64>();
+            let x = vec![
+                rng.random::<f64>(),
+                if long {
+                    0.7 + jitter(&mut rng)
+                } else {
+                    jitter(&mut rng)
+                },
+                if long {
+                    0.9 + jitter(&mut rng)
+                } else {
+                    0.1 + jitter(&mut rng)
+                },
+                rng.random::<f64>(),
+                rng.random::<f64>(),
+                0.9,
+            ];
+            opt.observe(five_settings(&x, false)).unwrap();
+            let mut at = in_force.clone();
+            at.push(0.5 + 0.1 * i as f64);
+            opt.observe(five_settings(&at, true)).unwrap();
+        }
+        // As the daemon runs: a profiling run, the choice applied and
+        // measured in place, every other run a challenger.
+        // Measures are noisy: a tenth either way.
+        let mut noisy = |x: &[f64], in_place: bool| {
+            let mut o = five_settings(x, in_place);
+            for v in &mut o.objectives {
+                *v *= 1.0 + 0.2 * (rng.random::<f64>() - 0.5);
+            }
+            o
+        };
+        for _ in 0..ROUNDS {
+            let chosen = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
+            in_force = chosen.x[..5].to_vec();
+            let mut at = in_force.clone();
+            at.push(0.9);
+            if !opt.observations().iter().any(|o| o.x == at) {
+                opt.observe(noisy(&at, true)).unwrap();
+            }
+            let x = if opt.challenge_due() {
+                opt.challenger(0.9, &[], &chosen)
+            } else {
+                None
+            };
+            let x = x.unwrap_or_else(|| opt.suggest(0.9, &[]));
+            opt.observe(noisy(&x, false)).unwrap();
+        }
+        let c = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
+        let excess = cost(&c.x) - best;
+        eprintln!("seed {seed}: {excess:.3} over the best at {:.2?}", c.x);
+        found += usize::from(excess < 0.2);
+    }
+    eprintln!("found {found} of 8");
+    assert!(found >= 5, "found {found} of 8");
+}
