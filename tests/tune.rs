@@ -220,6 +220,18 @@ fn the_tuner_samples_forecasts_chooses_and_remembers() {
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
+    let why = text
+        .lines()
+        .skip_while(|l| !l.starts_with("next profiling run: "))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("  because it is a point of the initial space-filling design")
+            || why.starts_with("  because it is where the models expect the most improvement")
+            || why.starts_with("  because it is the choice with one setting moved")
+            || why.starts_with("  because it is the settings the models expect to cost least"),
+        "{text}"
+    );
     // A step may have found something clearly cheaper since.
     assert!(
         text.contains("why: the settings in force")

@@ -178,6 +178,10 @@ pub(crate) struct OptimizerView {
     pub(crate) front: Vec<usize>,
     /// The settings the next profiling run should try.
     pub(crate) next_profile: Option<BTreeMap<String, u64>>,
+    /// Why those: a point of the initial design, a challenger of the
+    /// choice, or the optimiser's proposal.
+    #[serde(default)]
+    pub(crate) next_profile_why: Option<String>,
     pub(crate) choice: Option<ChoiceView>,
     /// Why this choice, or why there is none.
     pub(crate) why: String,
@@ -221,6 +225,8 @@ struct Inner {
     /// One-step-ahead predictions of recent steps, by unix ms.
     predicted: VecDeque<(u64, f64)>,
     next_profile: Option<Vec<f64>>,
+    /// Why `next_profile` (see [`OptimizerView::next_profile_why`]).
+    next_why: String,
     /// The cache the last profiling run was raised to at least
     /// (`raise_cache_as_applied`): the optimiser proposes from there up.
     cache_floor: Option<u64>,
@@ -281,6 +287,7 @@ impl TuneService {
             forecast: None,
             predicted: VecDeque::new(),
             next_profile: None,
+            next_why: String::new(),
             cache_floor: None,
             choice: None,
             why: String::new(),
@@ -840,12 +847,12 @@ impl Inner {
         let floor = self.floor(config);
         let challenge = self.next_profile.is_none() && self.optimizer.challenge_due();
         if self.next_profile.is_none() && !challenge {
-            self.next_profile = Some(self.optimizer.suggest(space::rate(peak), &floor));
+            self.next_profile = Some(self.suggested(peak, &floor));
         }
         let n = self.measured.len();
         if n < 2 {
             if challenge {
-                self.next_profile = Some(self.optimizer.suggest(space::rate(peak), &floor));
+                self.next_profile = Some(self.suggested(peak, &floor));
             }
             self.choice = None;
             let how = if config.profile {
@@ -903,11 +910,14 @@ impl Inner {
             let challenger = chosen
                 .as_ref()
                 .and_then(|c| self.optimizer.challenger(rate, &floor, c));
-            if let Some(x) = &challenger {
-                tracing::debug!("tuner: the next run challenges the choice at {x:.2?}");
-            }
-            self.next_profile =
-                Some(challenger.unwrap_or_else(|| self.optimizer.suggest(rate, &floor)));
+            self.next_profile = Some(match (challenger, &chosen) {
+                (Some(x), Some(c)) => {
+                    self.next_why = challenge_why(config, &c.x, &x);
+                    tracing::debug!("tuner: the next run is {}", self.next_why);
+                    x
+                }
+                _ => self.suggested(peak, &floor),
+            });
         }
         let applied = self.applied.as_ref().map(|(_, a)| &a.settings);
         self.choice = chosen.map(|c| ChoiceView {
@@ -921,6 +931,24 @@ impl Inner {
             expected_latency_p99_ms: c.constraints[0] * config.latency_p99_ms,
             expected_recovery_s: c.constraints[1] * config.max_recovery_s,
         });
+    }
+
+    /// The optimiser's next proposal at the forecast `peak`, saying why.
+    fn suggested(&mut self, peak: f64, floor: &[f64]) -> Vec<f64> {
+        let design = self.optimizer.design_left();
+        let x = self.optimizer.suggest(space::rate(peak), floor);
+        self.next_why = if design > 0 {
+            format!(
+                "a point of the initial space-filling design ({} more after it)",
+                design - 1
+            )
+        } else {
+            format!(
+                "where the models expect the most improvement at the forecast peak of {peak:.0} records/s, \
+                 for one weighting of CPU against memory (ParEGO)"
+            )
+        };
+        x
     }
 
     fn view(&mut self, config: &TuneConfig) -> TuneState {
@@ -999,6 +1027,7 @@ impl Inner {
                     .next_profile
                     .as_ref()
                     .map(|x| named(config, &space::denormalise(&config.settings, x))),
+                next_profile_why: self.next_profile.as_ref().map(|_| self.next_why.clone()),
                 choice: self.choice.clone(),
                 why: self.why.clone(),
             },
@@ -1063,6 +1092,31 @@ impl Inner {
 
 /// Which in-place measures replace each other: the same settings, at a
 /// rate in the same step of `MIN_DISTANCE` on the models' scale of rates.
+/// Why a challenger `to` of the choice `from` (both normalised): which
+/// setting it moves, when it moves one.
+fn challenge_why(config: &TuneConfig, from: &[f64], to: &[f64]) -> String {
+    let from = space::denormalise(&config.settings, from);
+    let to = space::denormalise(&config.settings, to);
+    let moved: Vec<usize> = (0..to.len())
+        .filter(|&i| from.get(i) != to.get(i))
+        .collect();
+    match moved[..] {
+        [i] => {
+            let s = &config.settings[i];
+            format!(
+                "the choice with one setting moved, {} from {} to {}, to find out what that saves",
+                s.name,
+                crate::config::tune_fmt(from[i], s.unit),
+                crate::config::tune_fmt(to[i], s.unit)
+            )
+        }
+        _ => {
+            "the settings the models expect to cost least that no run has tried, to test the choice"
+                .into()
+        }
+    }
+}
+
 fn in_place_key(m: &Measured) -> String {
     let step = (space::rate(m.rate) / MIN_DISTANCE).floor() as u64;
     let settings: Vec<String> = m.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -1175,4 +1229,24 @@ pub(crate) fn routes(router: Router, tuner: Option<Arc<Shared>>) -> Router {
                 }
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_challenger_says_which_setting_it_moves() {
+        let config = TuneConfig::default();
+        let from = space::normalise(&config.settings, &[2, 48 << 20, 15_000, 1024, 8]).unwrap();
+        let mut to = from.clone();
+        to[2] = 1.0;
+        assert_eq!(
+            challenge_why(&config, &from, &to),
+            "the choice with one setting moved, checkpoint_interval from 15s to 1m, \
+             to find out what that saves"
+        );
+        to[1] = 0.0;
+        assert!(challenge_why(&config, &from, &to).starts_with("the settings the models expect"));
+    }
 }

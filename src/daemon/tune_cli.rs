@@ -252,6 +252,9 @@ pub(crate) fn text(s: &TuneState) -> String {
             .map(|n| format!("{n} = {}", shown(s, n, next.get(*n).copied())))
             .collect();
         let _ = writeln!(out, "next profiling run: {}", settings.join(", "));
+        if let Some(why) = &o.next_profile_why {
+            let _ = writeln!(out, "  because it is {why}");
+        }
     }
     out
 }

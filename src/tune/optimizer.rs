@@ -132,6 +132,11 @@ impl Optimizer {
         self.design.truncate(keep);
     }
 
+    /// Points of the initial design still to hand out.
+    pub(crate) fn design_left(&self) -> usize {
+        self.design.len()
+    }
+
     pub(crate) fn observations(&self) -> &[Observation] {
         &self.observations
     }
