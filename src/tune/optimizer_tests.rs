@@ -471,6 +471,17 @@ fn few_runs_in_five_settings_find_the_small_cache_with_long_checkpoints() {
     assert!(found >= 5, "found {found} of 8");
 }
 
+/// The next profiling run at rate 0.9, as the daemon picks it: a
+/// challenger of `chosen` when one is due, else the optimiser's proposal.
+fn next_run(opt: &mut Optimizer, chosen: &Choice) -> Vec<f64> {
+    let challenger = if opt.challenge_due() {
+        opt.challenger(0.9, &[], chosen)
+    } else {
+        None
+    };
+    challenger.unwrap_or_else(|| opt.suggest(0.9, &[]))
+}
+
 /// Two settings (cache, checkpoint interval) and the rate, as in `eddy
 /// bench tune`: a small cache costs CPU, less so with long checkpoints;
 /// a large cache costs memory. CPU and memory grow with the rate.
@@ -505,12 +516,7 @@ fn runs_that_challenge_the_settings_in_force_move_the_choice() {
         // proposed by expected improvement, the choice moved in 6 of 12.)
         for _ in 0..2 {
             let chosen = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
-            let x = if opt.challenge_due() {
-                opt.challenger(0.9, &[], &chosen)
-            } else {
-                None
-            };
-            let x = x.unwrap_or_else(|| opt.suggest(0.9, &[]));
+            let x = next_run(&mut opt, &chosen);
             opt.observe(cache_and_checkpoints(&x, false)).unwrap();
         }
         let c = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
@@ -626,12 +632,7 @@ fn challengers_find_what_one_setting_changed_from_the_choice_saves() {
             if !opt.observations().iter().any(|o| o.x == at) {
                 opt.observe(noisy(&at, true)).unwrap();
             }
-            let x = if opt.challenge_due() {
-                opt.challenger(0.9, &[], &chosen)
-            } else {
-                None
-            };
-            let x = x.unwrap_or_else(|| opt.suggest(0.9, &[]));
+            let x = next_run(&mut opt, &chosen);
             opt.observe(noisy(&x, false)).unwrap();
         }
         let c = opt.choose(0.9, 1.0, Some(&in_force)).expect("a choice");
