@@ -1090,8 +1090,6 @@ impl Inner {
     }
 }
 
-/// Which in-place measures replace each other: the same settings, at a
-/// rate in the same step of `MIN_DISTANCE` on the models' scale of rates.
 /// Why a challenger `to` of the choice `from` (both normalised): which
 /// setting it moves, when it moves one.
 fn challenge_why(config: &TuneConfig, from: &[f64], to: &[f64]) -> String {
@@ -1117,6 +1115,8 @@ fn challenge_why(config: &TuneConfig, from: &[f64], to: &[f64]) -> String {
     }
 }
 
+/// Which in-place measures replace each other: the same settings, at a
+/// rate in the same step of `MIN_DISTANCE` on the models' scale of rates.
 fn in_place_key(m: &Measured) -> String {
     let step = (space::rate(m.rate) / MIN_DISTANCE).floor() as u64;
     let settings: Vec<String> = m.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();

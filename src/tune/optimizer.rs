@@ -402,7 +402,7 @@ impl Optimizer {
     /// checkpoints, which held figures show meets both goals at the peak
     /// for the least of both. A run that moves one setting from the
     /// choice tells what that setting does, whatever the models believe.
-    fn one_setting_moved(&mut self, rate: f64, floor: &[f64], chosen: &Choice) -> Option<Vec<f64>> {
+    fn one_setting_moved(&self, rate: f64, floor: &[f64], chosen: &Choice) -> Option<Vec<f64>> {
         let settings = self.dims - usize::from(self.context);
         let base = chosen.x.get(..settings)?;
         let bar: f64 = chosen.objectives.iter().map(|v| v.ln()).sum::<f64>() - SWITCH_COST;
