@@ -245,13 +245,7 @@ impl Optimizer {
             {
                 continue;
             }
-            let feasibility: f64 = constraints
-                .iter()
-                .map(|gp| {
-                    let (m, sd) = predict_constraint(gp.as_ref(), &x);
-                    normal_cdf(-m / sd)
-                })
-                .product();
+            let feasibility = feasibility(&constraints, &x);
             let (mean, sd) = objective.predict(&x);
             scored.push((x, mean, sd, feasibility));
         }
@@ -407,11 +401,10 @@ impl Optimizer {
         let base = chosen.x.get(..settings)?;
         let bar: f64 = chosen.objectives.iter().map(|v| v.ln()).sum::<f64>() - SWITCH_COST;
         let constraints = self.constraint_models();
-        let profiled = self.observations.iter().filter(|o| !o.in_place).count();
-        for turn in 0..settings {
-            let d = (profiled / 2 + turn) % settings;
+        // Every setting's moves, scored at once (one fit of the models).
+        let mut points: Vec<(usize, Vec<f64>)> = Vec::new();
+        for d in 0..settings {
             let least = floor.get(d).map_or(0.0, |f| f.clamp(0.0, 1.0));
-            let mut points: Vec<Vec<f64>> = Vec::new();
             for i in 0..=AXIS_STEPS {
                 let v = (i as f64 / AXIS_STEPS as f64).max(least);
                 let mut x = base.to_vec();
@@ -423,31 +416,26 @@ impl Optimizer {
                     .observations
                     .iter()
                     .any(|o| distance(&o.x, &x) < MIN_DISTANCE);
-                if (v - base[d]).abs() >= AXIS_MOVE && !tried && !points.contains(&x) {
-                    points.push(x);
+                if (v - base[d]).abs() >= AXIS_MOVE && !tried && !points.iter().any(|p| p.1 == x) {
+                    points.push((d, x));
                 }
-            }
-            let mut best: Option<(f64, Vec<f64>)> = None;
-            for c in self.evaluate(points, 0.0, None)? {
-                let mean: f64 = c.objectives.iter().map(|v| v.ln()).sum();
-                let sd = c.spread.iter().map(|s| s * s).sum::<f64>().sqrt().max(1e-9);
-                let feasibility: f64 = constraints
-                    .iter()
-                    .map(|gp| {
-                        let (m, sd) = predict_constraint(gp.as_ref(), &c.x);
-                        normal_cdf(-m / sd)
-                    })
-                    .product();
-                let score = expected_improvement(bar, mean, sd) * feasibility;
-                if feasibility >= 0.5 && best.as_ref().is_none_or(|(b, _)| score > *b) {
-                    best = Some((score, c.x));
-                }
-            }
-            if let Some((_, x)) = best {
-                return Some(x);
             }
         }
-        None
+        let (axes, xs): (Vec<usize>, Vec<Vec<f64>>) = points.into_iter().unzip();
+        let mut best: Vec<Option<(f64, Vec<f64>)>> = vec![None; settings];
+        for (d, c) in axes.into_iter().zip(self.evaluate(xs, 0.0, None)?) {
+            let mean: f64 = c.objectives.iter().map(|v| v.ln()).sum();
+            let sd = c.spread.iter().map(|s| s * s).sum::<f64>().sqrt().max(1e-9);
+            let feasibility = feasibility(&constraints, &c.x);
+            let score = expected_improvement(bar, mean, sd) * feasibility;
+            if feasibility >= 0.5 && best[d].as_ref().is_none_or(|(b, _)| score > *b) {
+                best[d] = Some((score, c.x));
+            }
+        }
+        let profiled = self.observations.iter().filter(|o| !o.in_place).count();
+        (0..settings)
+            .map(|turn| (profiled / 2 + turn) % settings)
+            .find_map(|d| best[d].take().map(|(_, x)| x))
     }
 
     /// The settings [`Optimizer::choose`] would pick at `rate` if the
@@ -699,6 +687,17 @@ fn elite(runs: &[&Observation], scalar: &[f64], settings: usize) -> Vec<Vec<f64>
 /// neither rules a candidate out nor lets one be chosen with a margin.
 fn predict_constraint(gp: Option<&Gp>, x: &[f64]) -> (f64, f64) {
     gp.map_or((0.0, 1.0), |gp| gp.predict(x))
+}
+
+/// The probability that `x` meets every constraint, by their models.
+fn feasibility(constraints: &[Option<Gp>], x: &[f64]) -> f64 {
+    constraints
+        .iter()
+        .map(|gp| {
+            let (m, sd) = predict_constraint(gp.as_ref(), x);
+            normal_cdf(-m / sd)
+        })
+        .product()
 }
 
 /// The optimiser's pick for one rate: settings (normalised, with the rate
