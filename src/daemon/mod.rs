@@ -49,7 +49,7 @@ use clap::Parser;
 pub(crate) const EXIT_CONFIG: u8 = 78;
 
 pub fn main() -> ExitCode {
-    heap::limit_malloc_arenas();
+    heap::configure_malloc();
     let cli = cli::Cli::parse();
     init_logging(cli.log_level.as_deref());
     match cli.command {

@@ -192,8 +192,8 @@ fn readings_look_like_readings_and_disorder_is_bounded() {
 
 #[test]
 fn readings_name_sensors_past_the_name_table() {
-    // Above 2^20 keys names are formatted per event instead of looked up.
-    for keys in [1 << 20, (1 << 20) + 1, u64::MAX] {
+    // Above 2^16 keys names are formatted per event instead of looked up.
+    for keys in [1 << 16, (1 << 16) + 1, 1 << 20, u64::MAX] {
         let spec = GeneratorSpec {
             keys,
             ..GeneratorSpec::defaults(GeneratorKind::Readings)
