@@ -1,5 +1,6 @@
-//! The daemon's heap under glibc's allocator: fewer arenas, and freed
-//! memory handed back to the kernel while the daemon runs.
+//! The daemon's heap under glibc's allocator: fewer arenas, big blocks
+//! mapped on their own, and freed memory handed back to the kernel while
+//! the daemon runs.
 
 /// Blocks at least this big are mapped on their own, and unmapped when
 /// freed.
@@ -32,9 +33,9 @@ pub(crate) fn configure_malloc() {
     // in the process until the next trim. At 96 k records/s over 1M keys
     // with a 46 MiB cache the daemon's RSS stood at 161-173 MiB for the
     // last seconds of every 10 s window and at 113-115 MiB with a fixed
-    // bar of 1 MiB (`MALLOC_MMAP_THRESHOLD_=1048576`, same run); peak RSS
-    // 169 against 133-146 MiB over three runs each, CPU within the noise.
-    // A fixed bar also turns off the raising.
+    // bar of 1 MiB (`MALLOC_MMAP_THRESHOLD_=1048576`, same build); peak
+    // RSS 169 against 133-146 MiB over three runs each, CPU within the
+    // noise. Setting the bar also turns the raising off.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
         // SAFETY: as above.
