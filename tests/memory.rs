@@ -14,7 +14,7 @@ const BURST: Duration = Duration::from_secs(8);
 /// Below this high-water mark the burst proves nothing about giving back
 /// (the idle daemon holds about 20 MiB). It was 64 MiB until the heap
 /// maps big blocks on their own and the generator stopped keeping a name
-/// table: the same burst then peaked at 48 MiB.
+/// table: the burst, then over 300k keys, peaked at 48 MiB.
 const LEAST_PEAK_KIB: u64 = 40 << 10;
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
